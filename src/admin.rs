@@ -1,0 +1,65 @@
+//! The admin listener: `/metrics`, `/healthz`, `/readyz` (DESIGN §7).
+
+use crate::limiter::Decider;
+use crate::metrics::Metrics;
+use async_trait::async_trait;
+use http::{Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use std::sync::Arc;
+
+/// Serves the admin endpoints. Everything it reads is shared, lock-free state.
+pub struct AdminApp {
+    metrics: Arc<Metrics>,
+    decider: Arc<Decider>,
+}
+
+impl AdminApp {
+    /// An admin app over the gateway's metrics and limiter.
+    pub fn new(metrics: Arc<Metrics>, decider: Arc<Decider>) -> Self {
+        Self { metrics, decider }
+    }
+}
+
+fn text(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, value);
+    }
+    let length = response.body().len();
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_LENGTH, length.into());
+    response
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let plain = "text/plain; charset=utf-8";
+        match session.req_header().uri.path() {
+            "/metrics" => text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.metrics.encode(),
+            ),
+            "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
+            "/readyz" if self.decider.is_ready() => {
+                text(StatusCode::OK, plain, b"ready\n".to_vec())
+            }
+            "/readyz" => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                plain,
+                b"not ready: Redis is unreachable and on_error is deny\n".to_vec(),
+            ),
+            _ => text(
+                StatusCode::NOT_FOUND,
+                plain,
+                b"not found: try /metrics, /healthz or /readyz\n".to_vec(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! The YAML schema exactly as written by operators (DESIGN §2).
+//!
+//! Every struct denies unknown keys, so a typo is an error rather than a silently
+//! disabled limit. Values are kept close to their written form (durations as
+//! strings, names unchecked); `validate` turns them into the internal `Config`.
+//! Keys that DESIGN names but sluice does not implement yet are accepted here as
+//! raw values so that validation can say "not supported yet" instead of "unknown".
+
+use serde::Deserialize;
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerFile,
+    #[serde(default)]
+    pub client_ip: ClientIpFile,
+    #[serde(default)]
+    pub identity: Option<IdentityFile>,
+    #[serde(default)]
+    pub limiter: LimiterFile,
+    #[serde(default)]
+    pub response: ResponseFile,
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, UpstreamFile>,
+    #[serde(default)]
+    pub routes: Vec<RouteFile>,
+}
+
+/// `server:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    pub listen: Option<Vec<String>>,
+    pub admin: Option<String>,
+    pub threads: Option<usize>,
+    pub grace_period: Option<String>,
+    /// Not supported yet.
+    pub tls: Option<Value>,
+}
+
+/// `client_ip:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIpFile {
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    pub ipv6_prefix: Option<u8>,
+}
+
+/// `identity:` (one of `jwt` or `header`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityFile {
+    /// Not supported yet.
+    pub jwt: Option<Value>,
+    pub header: Option<String>,
+}
+
+/// `limiter:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimiterFile {
+    pub backend: Option<BackendFile>,
+    #[serde(default)]
+    pub redis: RedisFile,
+    pub on_error: Option<OnErrorFile>,
+    pub deny_cache: Option<bool>,
+    #[serde(default)]
+    pub local: LocalFile,
+}
+
+/// `limiter.backend`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendFile {
+    Redis,
+    Local,
+}
+
+/// `limiter.on_error`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnErrorFile {
+    Allow,
+    Deny,
+    Local,
+}
+
+/// `limiter.redis:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisFile {
+    pub url: Option<String>,
+    /// Non-empty is not supported yet.
+    #[serde(default)]
+    pub cluster: Vec<String>,
+    pub timeout: Option<String>,
+    pub key_prefix: Option<String>,
+    /// Not supported yet.
+    pub tls: Option<Value>,
+}
+
+/// `limiter.local:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalFile {
+    pub max_keys: Option<usize>,
+    /// Not supported yet.
+    pub share: Option<Value>,
+}
+
+/// `response:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseFile {
+    pub status: Option<u16>,
+    pub headers: Option<HeaderStyleFile>,
+}
+
+/// `response.headers`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderStyleFile {
+    Legacy,
+    Draft,
+    Both,
+    None,
+}
+
+/// One entry of `upstreams:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamFile {
+    pub servers: Vec<String>,
+    pub balance: Option<BalanceFile>,
+    pub health_check: Option<HealthCheckFile>,
+    pub connect_timeout: Option<String>,
+    pub read_timeout: Option<String>,
+    /// Not supported yet.
+    pub tls: Option<Value>,
+}
+
+/// `upstreams.*.balance`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BalanceFile {
+    RoundRobin,
+    Random,
+    HashIp,
+}
+
+/// `upstreams.*.health_check`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckFile {
+    pub interval: Option<String>,
+}
+
+/// One entry of `routes:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteFile {
+    pub name: String,
+    #[serde(rename = "match", default)]
+    pub matcher: MatchFile,
+    pub upstream: Option<String>,
+    pub respond: Option<RespondFile>,
+    #[serde(default)]
+    pub limits: Vec<LimitFile>,
+}
+
+/// `routes[].match`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchFile {
+    pub path_prefix: Option<String>,
+    pub path: Option<String>,
+    pub methods: Option<Vec<String>>,
+    pub host: Option<String>,
+}
+
+/// `routes[].respond`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RespondFile {
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub body: String,
+}
+
+/// One entry of `routes[].limits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFile {
+    pub name: String,
+    pub key: Vec<KeyPartFile>,
+    pub limit: u64,
+    pub window: Option<String>,
+    pub algorithm: Option<AlgorithmFile>,
+    pub on_missing: Option<OnMissingFile>,
+    #[serde(default)]
+    pub shadow: bool,
+    pub cost: Option<u64>,
+    /// Not supported yet (sliding_window).
+    pub buckets: Option<Value>,
+    /// Not supported yet (token_bucket).
+    pub burst: Option<Value>,
+    /// Not supported yet (concurrency).
+    pub lease: Option<Value>,
+    /// Not supported yet (shared counters).
+    pub share: Option<Value>,
+}
+
+/// One key part: `ip`, `user`, `method`, `path` or `{header: NAME}`.
+#[derive(Debug, Clone)]
+pub enum KeyPartFile {
+    Ip,
+    User,
+    Method,
+    Path,
+    Header(String),
+}
+
+const KEY_PART_EXPECTED: &str = "ip, user, method, path or {header: NAME}";
+
+impl<'de> Deserialize<'de> for KeyPartFile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PartVisitor;
+        impl<'de> serde::de::Visitor<'de> for PartVisitor {
+            type Value = KeyPartFile;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(KEY_PART_EXPECTED)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyPartFile, E> {
+                match v {
+                    "ip" => Ok(KeyPartFile::Ip),
+                    "user" => Ok(KeyPartFile::User),
+                    "method" => Ok(KeyPartFile::Method),
+                    "path" => Ok(KeyPartFile::Path),
+                    "header" => Err(E::custom("write a header key part as {header: NAME}")),
+                    other => Err(E::custom(format!(
+                        "unknown key part `{other}` (expected {KEY_PART_EXPECTED})"
+                    ))),
+                }
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KeyPartFile, A::Error> {
+                use serde::de::Error;
+                let Some(kind) = map.next_key::<String>()? else {
+                    return Err(A::Error::custom(format!(
+                        "empty key part (expected {KEY_PART_EXPECTED})"
+                    )));
+                };
+                if kind != "header" {
+                    return Err(A::Error::custom(format!(
+                        "unknown key part `{kind}` (expected {KEY_PART_EXPECTED})"
+                    )));
+                }
+                let name: String = map.next_value()?;
+                if map.next_key::<String>()?.is_some() {
+                    return Err(A::Error::custom(
+                        "a key part map has exactly one entry: {header: NAME}",
+                    ));
+                }
+                Ok(KeyPartFile::Header(name))
+            }
+        }
+        deserializer.deserialize_any(PartVisitor)
+    }
+}
+
+/// `limits[].algorithm`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmFile {
+    SlidingLog,
+    SlidingWindow,
+    FixedWindow,
+    TokenBucket,
+    Concurrency,
+}
+
+/// `limits[].on_missing`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissingFile {
+    Ip,
+    Skip,
+}

@@ -1,0 +1,352 @@
+//! Configuration: the YAML file (DESIGN §2), environment expansion, validation.
+//!
+//! Loading is three steps, in the spirit of River's split between file and
+//! internal configuration: [`env::expand`] on the raw text, serde into the file
+//! schema ([`file`]), then [`validate`] into the [`Config`] the rest of sluice
+//! uses. Every error names `path:line:column` where a position exists. This
+//! module knows nothing of Redis or Pingora.
+
+pub mod duration;
+pub mod env;
+pub mod file;
+pub mod position;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use ipnet::IpNet;
+
+/// A validated configuration. Every value in it has been checked; building
+/// the gateway from it cannot fail on account of the file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `server:`.
+    pub server: ServerConfig,
+    /// `client_ip:`.
+    pub client_ip: ClientIpConfig,
+    /// `identity:`.
+    pub identity: IdentityConfig,
+    /// `limiter:`.
+    pub limiter: LimiterConfig,
+    /// `response:`.
+    pub response: ResponseConfig,
+    /// `upstreams:`, in name order; routes refer to them by index.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// `routes:`, in file order (first match wins).
+    pub routes: Vec<RouteConfig>,
+}
+
+/// Listeners, threads and shutdown.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Proxy listener addresses (`host:port`).
+    pub listen: Vec<String>,
+    /// Admin listener address (`/metrics`, `/healthz`, `/readyz`).
+    pub admin: String,
+    /// Proxy worker threads (≥ 1).
+    pub threads: usize,
+    /// How long a graceful stop may drain.
+    pub grace_period: Duration,
+}
+
+/// How the client address is found.
+#[derive(Debug, Clone)]
+pub struct ClientIpConfig {
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// IPv6 clients are keyed by this prefix length (1..=128).
+    pub ipv6_prefix: u8,
+}
+
+/// What the key part `user` means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityConfig {
+    /// No identity configured: `user` is always missing.
+    None,
+    /// A header (lower-case name) set by a trusted auth layer in front of sluice.
+    Header(String),
+}
+
+/// Which limiter answers decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Redis, shared by every instance.
+    Redis,
+    /// In-process, this instance only.
+    Local,
+}
+
+/// What a decision does when Redis fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Admit (fail open).
+    Allow,
+    /// Answer 503 (fail closed).
+    Deny,
+    /// Use the in-process limiter with the same limits.
+    Local,
+}
+
+/// `limiter:`.
+#[derive(Debug, Clone)]
+pub struct LimiterConfig {
+    /// Primary backend.
+    pub backend: Backend,
+    /// Redis connection settings (used when `backend` is Redis).
+    pub redis: RedisConfig,
+    /// Failure policy.
+    pub on_error: OnError,
+    /// Most keys the in-process limiter holds.
+    pub local_max_keys: usize,
+}
+
+/// `limiter.redis:`.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://` or `rediss://` URL.
+    pub url: String,
+    /// Budget for one decision, connect included (> 0).
+    pub timeout: Duration,
+    /// Prefix of every counter key; contains no `{` or `}`.
+    pub key_prefix: String,
+}
+
+/// Which rate-limit headers responses carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderStyle {
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+    Legacy,
+    /// No rate-limit headers (Retry-After is still sent on denial).
+    None,
+}
+
+/// `response:`.
+#[derive(Debug, Clone)]
+pub struct ResponseConfig {
+    /// Status of a denied request (4xx).
+    pub status: u16,
+    /// Header style.
+    pub headers: HeaderStyle,
+}
+
+/// One upstream pool.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Its name in the file.
+    pub name: String,
+    /// Resolved server addresses (non-empty).
+    pub servers: Vec<SocketAddr>,
+    /// TCP health-check interval; `None` disables health checks.
+    pub health_check: Option<Duration>,
+    /// Connect timeout to a server.
+    pub connect_timeout: Duration,
+    /// Read timeout on a server's response.
+    pub read_timeout: Duration,
+}
+
+/// How a route matches the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    /// Any path.
+    Any,
+    /// Exactly this path.
+    Exact(String),
+    /// Paths starting with this prefix.
+    Prefix(String),
+}
+
+/// What a matched route does with an admitted request.
+#[derive(Debug, Clone)]
+pub enum RouteAction {
+    /// Proxy to `upstreams[index]`.
+    Upstream(usize),
+    /// Answer directly.
+    Respond {
+        /// Status code.
+        status: u16,
+        /// Body (sent as text/plain).
+        body: String,
+    },
+}
+
+/// One route.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    /// Unique `[a-z0-9_-]+` name.
+    pub name: String,
+    /// Path condition.
+    pub path: PathMatch,
+    /// Upper-case methods; empty means any.
+    pub methods: Vec<String>,
+    /// Lower-case host without port; `None` means any.
+    pub host: Option<String>,
+    /// Proxy or respond.
+    pub action: RouteAction,
+    /// Limits applied, all of which must admit.
+    pub limits: Vec<LimitConfig>,
+}
+
+/// One part of a limit's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The client IP (IPv6 by prefix).
+    Ip,
+    /// The identity (see [`IdentityConfig`]).
+    User,
+    /// The request method.
+    Method,
+    /// The request path, without query.
+    Path,
+    /// A request header, by lower-case name.
+    Header(String),
+}
+
+/// Limiting algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Exact sliding log (sorted set of admit times).
+    SlidingLog,
+}
+
+/// What to do when a key part is absent from a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMissing {
+    /// Use the client IP in its place.
+    Ip,
+    /// Do not apply this limit to the request.
+    Skip,
+}
+
+/// One limit of a route.
+#[derive(Debug, Clone)]
+pub struct LimitConfig {
+    /// Unique-within-route `[a-z0-9_-]+` name.
+    pub name: String,
+    /// Key parts (non-empty).
+    pub key: Vec<KeyPart>,
+    /// Units admitted per window (≥ 1).
+    pub limit: u64,
+    /// Window length (≥ 1 ms).
+    pub window: Duration,
+    /// Algorithm.
+    pub algorithm: Algorithm,
+    /// Absent key part policy.
+    pub on_missing: OnMissing,
+    /// Units one request consumes (1..=limit).
+    pub cost: u64,
+}
+
+/// One problem found in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based (line, column), when the problem has a place in the file.
+    pub position: Option<(usize, usize)>,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+/// Why a configuration could not be loaded. Its `Display` is one line per
+/// problem, `PATH:LINE:COLUMN: message` (or `PATH: message`).
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// Every problem found (at least one).
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            match problem.position {
+                Some((line, column)) => write!(
+                    f,
+                    "{}:{line}:{column}: {}",
+                    self.path.display(),
+                    problem.message
+                )?,
+                None => write!(f, "{}: {}", self.path.display(), problem.message)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads, expands, parses and validates the file at `path`, using the
+    /// process environment for `${VAR}`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            problems: vec![Problem {
+                position: None,
+                message: format!("cannot read: {e}"),
+            }],
+        })?;
+        Self::from_text(path, &text, |name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::load`] on `text` already read from `path`, with `lookup`
+    /// for environment variables.
+    pub fn from_text(
+        path: &Path,
+        text: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let fail = |problems: Vec<Problem>| ConfigError {
+            path: path.to_path_buf(),
+            problems,
+        };
+        let expanded = env::expand(text, lookup).map_err(|e| {
+            fail(vec![match e {
+                env::ExpandError::Unset(v) => Problem {
+                    position: Some((v.line, v.column)),
+                    message: format!(
+                        "environment variable `{}` is not set (write ${{{}:-default}} to give a default)",
+                        v.name, v.name
+                    ),
+                },
+                env::ExpandError::Unterminated(line, column) => Problem {
+                    position: Some((line, column)),
+                    message: "`${` without a closing `}`".into(),
+                },
+            }])
+        })?;
+        let parsed: file::FileConfig = if expanded.trim().is_empty() {
+            file::FileConfig::default()
+        } else {
+            serde_yaml::from_str(&expanded).map_err(|e| fail(vec![serde_problem(&e)]))?
+        };
+        let index = position::PositionIndex::build(&expanded);
+        validate::validate(parsed, &index).map_err(fail)
+    }
+
+    /// Index of the upstream named `name`.
+    pub fn upstream_index(&self, name: &str) -> Option<usize> {
+        self.upstreams.iter().position(|u| u.name == name)
+    }
+}
+
+fn serde_problem(error: &serde_yaml::Error) -> Problem {
+    let text = error.to_string();
+    // serde_yaml appends " at line L column C" to its message; we print the
+    // position in front instead.
+    let message = match text.find(" at line ") {
+        Some(cut) => text[..cut].to_string(),
+        None => text,
+    };
+    let message = message.trim_start_matches(": ").to_string();
+    Problem {
+        position: error.location().map(|l| (l.line(), l.column())),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,642 @@
+//! File schema → [`Config`], with every semantic check DESIGN §2 implies.
+
+use super::duration::parse_duration;
+use super::file::*;
+use super::position::PositionIndex;
+use super::*;
+use std::collections::HashSet;
+use std::net::ToSocketAddrs;
+
+const NOT_YET: &str = "is not supported yet";
+
+/// Collects problems with their paths, resolved to positions at the end.
+struct Checker<'a> {
+    index: &'a PositionIndex,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    fn problem(&mut self, path: &str, message: impl Into<String>) {
+        let position = self.index.find(path).map(|p| (p.line, p.column));
+        self.problems.push(Problem {
+            position,
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
+        match text {
+            None => default,
+            Some(text) => match parse_duration(text) {
+                Ok(d) => d,
+                Err(message) => {
+                    self.problem(path, format!("{}: {message}", leaf(path)));
+                    default
+                }
+            },
+        }
+    }
+
+    fn not_supported<T>(&mut self, path: &str, value: &Option<T>, what: &str) {
+        if value.is_some() {
+            self.problem(path, format!("{what} {NOT_YET}"));
+        }
+    }
+
+    fn name(&mut self, path: &str, name: &str, what: &str) {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !ok {
+            self.problem(
+                path,
+                format!(
+                    "{what} name `{name}` must be non-empty and use only a-z, 0-9, `_` and `-`"
+                ),
+            );
+        }
+    }
+}
+
+fn leaf(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+pub(super) fn validate(file: FileConfig, index: &PositionIndex) -> Result<Config, Vec<Problem>> {
+    let mut c = Checker {
+        index,
+        problems: Vec::new(),
+    };
+
+    let server = server(&mut c, &file.server);
+    let client_ip = client_ip(&mut c, &file.client_ip);
+    let identity = identity(&mut c, file.identity.as_ref());
+    let limiter = limiter(&mut c, &file.limiter);
+    let response = response(&mut c, &file.response);
+    let upstreams: Vec<UpstreamConfig> = file
+        .upstreams
+        .iter()
+        .map(|(name, u)| upstream(&mut c, name, u))
+        .collect();
+    let mut routes = Vec::with_capacity(file.routes.len());
+    let mut route_names = HashSet::new();
+    for (i, r) in file.routes.iter().enumerate() {
+        let path = format!("routes[{i}]");
+        if !route_names.insert(r.name.as_str()) {
+            c.problem(
+                &format!("{path}.name"),
+                format!("duplicate route name `{}`", r.name),
+            );
+        }
+        routes.push(route(&mut c, &path, r, &upstreams));
+    }
+
+    if c.problems.is_empty() {
+        Ok(Config {
+            server,
+            client_ip,
+            identity,
+            limiter,
+            response,
+            upstreams,
+            routes,
+        })
+    } else {
+        Err(c.problems)
+    }
+}
+
+fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
+    c.not_supported("server.tls", &s.tls, "TLS listeners (`server.tls`)");
+    let listen = s
+        .listen
+        .clone()
+        .unwrap_or_else(|| vec!["0.0.0.0:8080".into()]);
+    if listen.is_empty() {
+        c.problem("server.listen", "`listen` needs at least one address");
+    }
+    for (i, addr) in listen.iter().enumerate() {
+        check_listen_addr(c, &format!("server.listen[{i}]"), addr);
+    }
+    let admin = s.admin.clone().unwrap_or_else(|| "127.0.0.1:9091".into());
+    check_listen_addr(c, "server.admin", &admin);
+    if listen.contains(&admin) {
+        c.problem(
+            "server.admin",
+            format!("admin address `{admin}` is also a proxy listener"),
+        );
+    }
+    let threads = s.threads.unwrap_or(2);
+    if threads == 0 || threads > 1024 {
+        c.problem("server.threads", "`threads` must be between 1 and 1024");
+    }
+    let grace_period = c.duration(
+        "server.grace_period",
+        s.grace_period.as_deref(),
+        Duration::from_secs(5),
+    );
+    ServerConfig {
+        listen,
+        admin,
+        threads,
+        grace_period,
+    }
+}
+
+fn check_listen_addr(c: &mut Checker, path: &str, addr: &str) {
+    if addr.parse::<SocketAddr>().is_err() {
+        c.problem(
+            path,
+            format!(
+                "`{addr}` is not an IP:port listen address (for example 0.0.0.0:8080 or [::]:8080)"
+            ),
+        );
+    }
+}
+
+fn client_ip(c: &mut Checker, f: &ClientIpFile) -> ClientIpConfig {
+    let mut trusted_proxies = Vec::new();
+    for (i, text) in f.trusted_proxies.iter().enumerate() {
+        let parsed = text
+            .parse::<IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+        match parsed {
+            Ok(net) => trusted_proxies.push(net.trunc()),
+            Err(_) => c.problem(
+                &format!("client_ip.trusted_proxies[{i}]"),
+                format!("`{text}` is not a CIDR (such as 10.0.0.0/8) or an IP address"),
+            ),
+        }
+    }
+    let ipv6_prefix = f.ipv6_prefix.unwrap_or(64);
+    if ipv6_prefix == 0 || ipv6_prefix > 128 {
+        c.problem(
+            "client_ip.ipv6_prefix",
+            "`ipv6_prefix` must be between 1 and 128",
+        );
+    }
+    ClientIpConfig {
+        trusted_proxies,
+        ipv6_prefix,
+    }
+}
+
+fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityConfig {
+    let Some(f) = f else {
+        return IdentityConfig::None;
+    };
+    c.not_supported("identity.jwt", &f.jwt, "JWT identity (`identity.jwt`)");
+    match &f.header {
+        Some(name) => {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                c.problem(
+                    "identity.header",
+                    format!("`{name}` is not a valid header name"),
+                );
+            }
+            IdentityConfig::Header(name.to_ascii_lowercase())
+        }
+        None => {
+            if f.jwt.is_none() {
+                c.problem("identity", "`identity` needs `header` (or `jwt`)");
+            }
+            IdentityConfig::None
+        }
+    }
+}
+
+fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
+    let backend = match f.backend.unwrap_or(BackendFile::Redis) {
+        BackendFile::Redis => Backend::Redis,
+        BackendFile::Local => Backend::Local,
+    };
+    let url = f
+        .redis
+        .url
+        .clone()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379/0".into());
+    if backend == Backend::Redis {
+        if let Err(e) = redis_url_check(&url) {
+            c.problem("limiter.redis.url", e);
+        }
+    }
+    if !f.redis.cluster.is_empty() {
+        c.problem(
+            "limiter.redis.cluster",
+            format!("Redis Cluster (`limiter.redis.cluster`) {NOT_YET}"),
+        );
+    }
+    c.not_supported(
+        "limiter.redis.tls",
+        &f.redis.tls,
+        "TLS to Redis (`limiter.redis.tls`; use a rediss:// URL)",
+    );
+    let timeout = c.duration(
+        "limiter.redis.timeout",
+        f.redis.timeout.as_deref(),
+        Duration::from_millis(20),
+    );
+    if timeout.is_zero() {
+        c.problem(
+            "limiter.redis.timeout",
+            "`timeout` must be greater than zero",
+        );
+    }
+    let key_prefix = f
+        .redis
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| "sluice:".into());
+    if key_prefix.contains(['{', '}']) || key_prefix.len() > 64 {
+        c.problem(
+            "limiter.redis.key_prefix",
+            "`key_prefix` must be at most 64 bytes and contain no `{` or `}` (they would change Redis Cluster slots)",
+        );
+    }
+    if f.deny_cache == Some(true) {
+        c.problem(
+            "limiter.deny_cache",
+            format!("the deny cache (`deny_cache: true`) {NOT_YET}"),
+        );
+    }
+    c.not_supported(
+        "limiter.local.share",
+        &f.local.share,
+        "`limiter.local.share`",
+    );
+    let on_error = match f.on_error.unwrap_or(OnErrorFile::Local) {
+        OnErrorFile::Allow => OnError::Allow,
+        OnErrorFile::Deny => OnError::Deny,
+        OnErrorFile::Local => OnError::Local,
+    };
+    let local_max_keys = f.local.max_keys.unwrap_or(1_000_000);
+    if local_max_keys == 0 {
+        c.problem("limiter.local.max_keys", "`max_keys` must be at least 1");
+    }
+    LimiterConfig {
+        backend,
+        redis: RedisConfig {
+            url,
+            timeout,
+            key_prefix,
+        },
+        on_error,
+        local_max_keys,
+    }
+}
+
+fn redis_url_check(url: &str) -> Result<(), String> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(format!("`{url}` is not a Redis URL (redis://host:port/db)"));
+    };
+    match scheme {
+        "redis" | "redis+unix" | "unix" => Ok(()),
+        "rediss" => Err(format!("TLS to Redis (`rediss://`) {NOT_YET}")),
+        other => Err(format!("unknown Redis URL scheme `{other}` (use redis://)")),
+    }
+}
+
+fn response(c: &mut Checker, f: &ResponseFile) -> ResponseConfig {
+    let status = f.status.unwrap_or(429);
+    if !(400..=499).contains(&status) {
+        c.problem(
+            "response.status",
+            "`status` of a denied request must be a 4xx code",
+        );
+    }
+    let headers = match f.headers.unwrap_or(HeaderStyleFile::Legacy) {
+        HeaderStyleFile::Legacy => HeaderStyle::Legacy,
+        HeaderStyleFile::None => HeaderStyle::None,
+        HeaderStyleFile::Draft | HeaderStyleFile::Both => {
+            c.problem(
+                "response.headers",
+                format!("IETF draft rate-limit headers (`draft`, `both`) {NOT_YET}"),
+            );
+            HeaderStyle::Legacy
+        }
+    };
+    ResponseConfig { status, headers }
+}
+
+fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> UpstreamConfig {
+    let path = format!("upstreams.{name}");
+    c.name(&path, name, "upstream");
+    c.not_supported(&format!("{path}.tls"), &f.tls, "TLS to upstreams (`tls`)");
+    match f.balance.unwrap_or(BalanceFile::RoundRobin) {
+        BalanceFile::RoundRobin => {}
+        BalanceFile::Random | BalanceFile::HashIp => c.problem(
+            &format!("{path}.balance"),
+            format!("`balance` other than round_robin {NOT_YET}"),
+        ),
+    }
+    if f.servers.is_empty() {
+        c.problem(
+            &format!("{path}.servers"),
+            "`servers` needs at least one host:port",
+        );
+    }
+    let mut servers = Vec::new();
+    for (i, server) in f.servers.iter().enumerate() {
+        let spath = format!("{path}.servers[{i}]");
+        if server.contains("://") {
+            c.problem(
+                &spath,
+                format!("`{server}`: write host:port without a scheme"),
+            );
+            continue;
+        }
+        match server.to_socket_addrs() {
+            Ok(addrs) => {
+                let before = servers.len();
+                servers.extend(addrs);
+                if servers.len() == before {
+                    c.problem(&spath, format!("`{server}` resolves to no address"));
+                }
+            }
+            Err(e) => c.problem(
+                &spath,
+                format!("cannot resolve `{server}` (host:port): {e}"),
+            ),
+        }
+    }
+    let health_check = f.health_check.as_ref().map(|h| {
+        let interval = c.duration(
+            &format!("{path}.health_check.interval"),
+            h.interval.as_deref(),
+            Duration::from_secs(5),
+        );
+        if interval < Duration::from_millis(100) {
+            c.problem(
+                &format!("{path}.health_check.interval"),
+                "`interval` must be at least 100ms",
+            );
+        }
+        interval
+    });
+    let connect_timeout = c.duration(
+        &format!("{path}.connect_timeout"),
+        f.connect_timeout.as_deref(),
+        Duration::from_secs(1),
+    );
+    let read_timeout = c.duration(
+        &format!("{path}.read_timeout"),
+        f.read_timeout.as_deref(),
+        Duration::from_secs(30),
+    );
+    for (field, d) in [
+        ("connect_timeout", connect_timeout),
+        ("read_timeout", read_timeout),
+    ] {
+        if d.is_zero() {
+            c.problem(
+                &format!("{path}.{field}"),
+                format!("`{field}` must be greater than zero"),
+            );
+        }
+    }
+    UpstreamConfig {
+        name: name.to_string(),
+        servers,
+        health_check,
+        connect_timeout,
+        read_timeout,
+    }
+}
+
+fn route(c: &mut Checker, path: &str, f: &RouteFile, upstreams: &[UpstreamConfig]) -> RouteConfig {
+    c.name(&format!("{path}.name"), &f.name, "route");
+    let m = &f.matcher;
+    let path_match = match (&m.path, &m.path_prefix) {
+        (Some(_), Some(_)) => {
+            c.problem(
+                &format!("{path}.match"),
+                "use either `path` or `path_prefix`, not both",
+            );
+            PathMatch::Any
+        }
+        (Some(p), None) => PathMatch::Exact(checked_path(c, &format!("{path}.match.path"), p)),
+        (None, Some(p)) => {
+            PathMatch::Prefix(checked_path(c, &format!("{path}.match.path_prefix"), p))
+        }
+        (None, None) => PathMatch::Any,
+    };
+    let mut methods = Vec::new();
+    for (i, method) in m.methods.iter().flatten().enumerate() {
+        if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
+            c.problem(
+                &format!("{path}.match.methods[{i}]"),
+                format!("`{method}` is not an HTTP method"),
+            );
+        }
+        methods.push(method.to_ascii_uppercase());
+    }
+    if m.methods.as_ref().is_some_and(|v| v.is_empty()) {
+        c.problem(
+            &format!("{path}.match.methods"),
+            "`methods: []` matches nothing; omit it to match any method",
+        );
+    }
+    let host = m.host.as_ref().map(|h| h.to_ascii_lowercase());
+    let action = match (&f.upstream, &f.respond) {
+        (Some(_), Some(_)) => {
+            c.problem(path, "a route has either `upstream` or `respond`, not both");
+            RouteAction::Respond {
+                status: 200,
+                body: String::new(),
+            }
+        }
+        (None, None) => {
+            c.problem(
+                path,
+                format!("route `{}` needs `upstream` or `respond`", f.name),
+            );
+            RouteAction::Respond {
+                status: 200,
+                body: String::new(),
+            }
+        }
+        (Some(name), None) => match upstreams.iter().position(|u| &u.name == name) {
+            Some(i) => RouteAction::Upstream(i),
+            None => {
+                let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                c.problem(
+                    &format!("{path}.upstream"),
+                    format!(
+                        "unknown upstream `{name}` (defined: {})",
+                        if known.is_empty() {
+                            "none".into()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                );
+                RouteAction::Respond {
+                    status: 200,
+                    body: String::new(),
+                }
+            }
+        },
+        (None, Some(r)) => {
+            let status = r.status.unwrap_or(200);
+            if !(200..=599).contains(&status) {
+                c.problem(
+                    &format!("{path}.respond.status"),
+                    "`status` must be between 200 and 599",
+                );
+            }
+            RouteAction::Respond {
+                status,
+                body: r.body.clone(),
+            }
+        }
+    };
+    let mut limits = Vec::with_capacity(f.limits.len());
+    let mut names = HashSet::new();
+    for (i, l) in f.limits.iter().enumerate() {
+        let lpath = format!("{path}.limits[{i}]");
+        if !names.insert(l.name.as_str()) {
+            c.problem(
+                &format!("{lpath}.name"),
+                format!("duplicate limit name `{}` in route `{}`", l.name, f.name),
+            );
+        }
+        limits.push(limit(c, &lpath, l));
+    }
+    RouteConfig {
+        name: f.name.clone(),
+        path: path_match,
+        methods,
+        host,
+        action,
+        limits,
+    }
+}
+
+fn checked_path(c: &mut Checker, path: &str, value: &str) -> String {
+    if !value.starts_with('/') {
+        c.problem(path, format!("`{value}` must start with `/`"));
+    }
+    value.to_string()
+}
+
+fn limit(c: &mut Checker, path: &str, f: &LimitFile) -> LimitConfig {
+    c.name(&format!("{path}.name"), &f.name, "limit");
+    let algorithm = match f.algorithm.unwrap_or(AlgorithmFile::SlidingLog) {
+        AlgorithmFile::SlidingLog => Algorithm::SlidingLog,
+        other => {
+            let name = match other {
+                AlgorithmFile::SlidingWindow => "sliding_window",
+                AlgorithmFile::FixedWindow => "fixed_window",
+                AlgorithmFile::TokenBucket => "token_bucket",
+                _ => "concurrency",
+            };
+            c.problem(
+                &format!("{path}.algorithm"),
+                format!("algorithm `{name}` {NOT_YET} (use sliding_log)"),
+            );
+            Algorithm::SlidingLog
+        }
+    };
+    c.not_supported(
+        &format!("{path}.buckets"),
+        &f.buckets,
+        "`buckets` (sliding_window)",
+    );
+    c.not_supported(&format!("{path}.burst"), &f.burst, "`burst` (token_bucket)");
+    c.not_supported(&format!("{path}.lease"), &f.lease, "`lease` (concurrency)");
+    c.not_supported(
+        &format!("{path}.share"),
+        &f.share,
+        "`share` (counters shared between routes)",
+    );
+    if f.shadow {
+        c.problem(
+            &format!("{path}.shadow"),
+            format!("shadow mode (`shadow: true`) {NOT_YET}"),
+        );
+    }
+    if f.key.is_empty() {
+        c.problem(
+            &format!("{path}.key"),
+            "`key` needs at least one part (ip, user, method, path or {header: NAME})",
+        );
+    }
+    let mut key = Vec::with_capacity(f.key.len());
+    for (i, part) in f.key.iter().enumerate() {
+        key.push(match part {
+            KeyPartFile::Ip => KeyPart::Ip,
+            KeyPartFile::User => KeyPart::User,
+            KeyPartFile::Method => KeyPart::Method,
+            KeyPartFile::Path => KeyPart::Path,
+            KeyPartFile::Header(name) => {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    c.problem(
+                        &format!("{path}.key[{i}]"),
+                        format!("`{name}` is not a valid header name"),
+                    );
+                }
+                KeyPart::Header(name.to_ascii_lowercase())
+            }
+        });
+    }
+    if f.limit == 0 {
+        c.problem(
+            &format!("{path}.limit"),
+            "`limit` must be at least 1 (to block a route, use `respond` with a 403)",
+        );
+    }
+    const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+    let window = match &f.window {
+        None => {
+            c.problem(
+                path,
+                format!("limit `{}` needs a `window` (such as 10s or 1m)", f.name),
+            );
+            Duration::from_secs(1)
+        }
+        Some(text) => c.duration(
+            &format!("{path}.window"),
+            Some(text),
+            Duration::from_secs(1),
+        ),
+    };
+    if f.window.is_some() && window < Duration::from_millis(1) {
+        c.problem(&format!("{path}.window"), "`window` must be at least 1ms");
+    }
+    if window > MAX_WINDOW {
+        c.problem(&format!("{path}.window"), "`window` must be at most 366d");
+    }
+    let cost = f.cost.unwrap_or(1);
+    if cost == 0 {
+        c.problem(&format!("{path}.cost"), "`cost` must be at least 1");
+    } else if cost > f.limit && f.limit > 0 {
+        c.problem(
+            &format!("{path}.cost"),
+            format!(
+                "`cost` {cost} exceeds `limit` {}: no request could ever pass",
+                f.limit
+            ),
+        );
+    }
+    const MAX_LOG: u64 = 1_000_000;
+    if f.limit > MAX_LOG {
+        c.problem(
+            &format!("{path}.limit"),
+            format!("a sliding_log limit keeps one entry per admitted unit; {} per window is too many (at most {MAX_LOG})", f.limit),
+        );
+    }
+    let on_missing = match f.on_missing.unwrap_or(OnMissingFile::Ip) {
+        OnMissingFile::Ip => OnMissing::Ip,
+        OnMissingFile::Skip => OnMissing::Skip,
+    };
+    LimitConfig {
+        name: f.name.clone(),
+        key,
+        limit: f.limit,
+        window,
+        algorithm,
+        on_missing,
+        cost,
+    }
+}

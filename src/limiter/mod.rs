@@ -1,0 +1,209 @@
+//! Rate-limit decisions, independent of HTTP (DESIGN §4, §5).
+//!
+//! A [`Limiter`] answers "may these units pass?" for one or more counter keys
+//! at once, all or nothing: if any key denies, no key consumes anything.
+//! [`Decider`] puts a primary limiter (Redis or in-process) together with the
+//! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
+
+pub mod local;
+pub mod redis;
+
+use crate::config::{Backend, LimiterConfig, OnError};
+use crate::metrics::RedisMetrics;
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One limit to check for one request.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitCheck<'a> {
+    /// Counter key (see `keys::build_key`).
+    pub key: &'a str,
+    /// Units admitted per window (≥ 1).
+    pub limit: u64,
+    /// Window length (≥ 1 ms).
+    pub window: Duration,
+    /// Units this request consumes (1..=limit).
+    pub cost: u64,
+}
+
+/// The state of one limit after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether this limit alone would admit the request now.
+    pub allowed: bool,
+    /// Units left in the window after this decision.
+    pub remaining: u64,
+    /// Time until the window frees a unit (oldest entry expires); zero if empty.
+    pub reset: Duration,
+    /// Time until this limit alone would admit the request; zero if allowed.
+    pub retry_after: Duration,
+}
+
+/// Why a limiter could not decide. Always a backend problem, never the request's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LimiterError {
+    /// The decision did not finish within the configured budget.
+    #[error("redis timed out after {0:?}")]
+    Timeout(Duration),
+    /// Redis is unreachable (connection refused, reset, closed).
+    #[error("redis connection error: {0}")]
+    Io(String),
+    /// Redis answered with an error (LOADING, BUSY, OOM, WRONGTYPE, ...) or
+    /// with a reply of the wrong shape.
+    #[error("redis error: {0}")]
+    Server(String),
+    /// Redis was found unreachable recently; not called again yet.
+    #[error("redis unavailable (reconnect pending)")]
+    CircuitOpen,
+}
+
+impl LimiterError {
+    /// The `kind` label of `sluice_redis_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LimiterError::Timeout(_) => "timeout",
+            LimiterError::Io(_) => "io",
+            LimiterError::Server(_) => "server",
+            LimiterError::CircuitOpen => "circuit_open",
+        }
+    }
+}
+
+/// A rate-limit backend.
+#[async_trait]
+pub trait Limiter: Send + Sync {
+    /// Decides `checks` all or nothing: the request is admitted (and every
+    /// check consumes its cost) only if every decision is `allowed`.
+    /// Returns one [`Decision`] per check, in order.
+    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError>;
+}
+
+/// Where a decision came from (the `source` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Redis answered.
+    Redis,
+    /// The in-process limiter answered (`backend: local`, or `on_error: local`).
+    Local,
+    /// Redis failed and `on_error: allow` admitted.
+    FailOpen,
+    /// Redis failed and `on_error: deny` refused (answer 503).
+    FailClosed,
+}
+
+impl Source {
+    /// Every source, in label order.
+    pub const ALL: [Source; 4] = [
+        Source::Redis,
+        Source::Local,
+        Source::FailOpen,
+        Source::FailClosed,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Redis => "redis",
+            Source::Local => "local",
+            Source::FailOpen => "fail_open",
+            Source::FailClosed => "fail_closed",
+        }
+    }
+}
+
+/// The answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Who decided.
+    pub source: Source,
+    /// One per check; empty for `FailOpen` and `FailClosed`.
+    pub decisions: Vec<Decision>,
+}
+
+impl Outcome {
+    /// Whether the request may proceed.
+    pub fn admitted(&self) -> bool {
+        match self.source {
+            Source::FailOpen => true,
+            Source::FailClosed => false,
+            Source::Redis | Source::Local => self.decisions.iter().all(|d| d.allowed),
+        }
+    }
+
+    /// Time until the request would pass: the longest `retry_after` of the
+    /// denying limits.
+    pub fn retry_after(&self) -> Duration {
+        self.decisions
+            .iter()
+            .map(|d| d.retry_after)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// The primary limiter plus the failure policy.
+pub struct Decider {
+    redis: Option<Arc<redis::RedisLimiter>>,
+    local: local::LocalLimiter,
+    on_error: OnError,
+}
+
+impl Decider {
+    /// Builds the backends from validated settings. No connection is made here:
+    /// Redis connects on first use, inside the runtime that serves requests.
+    pub fn new(config: &LimiterConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
+        let redis = match config.backend {
+            Backend::Redis => Some(Arc::new(redis::RedisLimiter::new(&config.redis, metrics)?)),
+            Backend::Local => None,
+        };
+        Ok(Self {
+            redis,
+            local: local::LocalLimiter::new(config.local_max_keys),
+            on_error: config.on_error,
+        })
+    }
+
+    /// Decides `checks`. Never fails: a Redis failure becomes the `on_error`
+    /// outcome. Bounded in time by the Redis timeout budget.
+    pub async fn decide(&self, checks: &[LimitCheck<'_>]) -> Outcome {
+        let Some(redis) = &self.redis else {
+            return Outcome {
+                source: Source::Local,
+                decisions: self.local.decide(checks),
+            };
+        };
+        match redis.check(checks).await {
+            Ok(decisions) => Outcome {
+                source: Source::Redis,
+                decisions,
+            },
+            Err(e) => {
+                log::debug!("rate-limit decision falls back to on_error: {e}");
+                match self.on_error {
+                    OnError::Allow => Outcome {
+                        source: Source::FailOpen,
+                        decisions: Vec::new(),
+                    },
+                    OnError::Deny => Outcome {
+                        source: Source::FailClosed,
+                        decisions: Vec::new(),
+                    },
+                    OnError::Local => Outcome {
+                        source: Source::Local,
+                        decisions: self.local.decide(checks),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Ready unless decisions would currently fail closed (`on_error: deny`
+    /// and Redis known to be unreachable).
+    pub fn is_ready(&self) -> bool {
+        match &self.redis {
+            Some(redis) => self.on_error != OnError::Deny || redis.is_healthy(),
+            None => true,
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The Redis backend: one shared multiplexed connection, the `sliding_log`
+//! script by `EVALSHA` (reloaded on `NOSCRIPT`), every call bounded by the
+//! configured budget.
+//!
+//! The connection is made lazily, on first use, inside the runtime that serves
+//! requests (a connection made before Pingora starts its runtimes would die
+//! with the temporary runtime). One background task connects at a time; requests
+//! wait for it within their budget. After a failed connect, Redis is not tried
+//! again for a back-off (100 ms doubling to 2 s): decisions follow `on_error`
+//! at once meanwhile, so a dead Redis costs no latency.
+
+use super::{Decision, LimitCheck, Limiter, LimiterError};
+use crate::config::RedisConfig;
+use crate::metrics::RedisMetrics;
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// The sliding-log script (see the file for its contract).
+pub const SLIDING_LOG_SCRIPT: &str = include_str!("sliding_log.lua");
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Consecutive timeouts after which the connection is presumed dead and replaced.
+const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
+
+/// Redis-backed limiter, shared by all request tasks.
+pub struct RedisLimiter {
+    client: redis::Client,
+    budget: Duration,
+    script: redis::Script,
+    connection: RwLock<Option<MultiplexedConnection>>,
+    connecting: AtomicBool,
+    connect_done: Notify,
+    /// Microseconds since `epoch` before which no connect is attempted.
+    retry_connect_at: AtomicU64,
+    failed_connects: AtomicU32,
+    consecutive_timeouts: AtomicU32,
+    healthy: AtomicBool,
+    epoch: Instant,
+    member_prefix: String,
+    sequence: AtomicU64,
+    metrics: RedisMetrics,
+}
+
+impl RedisLimiter {
+    /// Prepares a client for `config.url`; connects nothing yet.
+    pub fn new(config: &RedisConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
+        Ok(Self {
+            client,
+            budget: config.timeout,
+            script: redis::Script::new(SLIDING_LOG_SCRIPT),
+            connection: RwLock::new(None),
+            connecting: AtomicBool::new(false),
+            connect_done: Notify::new(),
+            retry_connect_at: AtomicU64::new(0),
+            failed_connects: AtomicU32::new(0),
+            consecutive_timeouts: AtomicU32::new(0),
+            healthy: AtomicBool::new(true),
+            epoch: Instant::now(),
+            member_prefix: instance_id(),
+            sequence: AtomicU64::new(0),
+            metrics,
+        })
+    }
+
+    /// False once Redis has been found unreachable, until a call succeeds again.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    fn current(&self) -> Option<MultiplexedConnection> {
+        self.connection
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn drop_connection(&self) {
+        *self.connection.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The shared connection, connecting (once, in the background) if needed.
+    async fn connection(self: &Arc<Self>) -> Result<MultiplexedConnection, LimiterError> {
+        let notified = self.connect_done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
+        if self.now_us() < self.retry_connect_at.load(Ordering::Relaxed) {
+            return Err(LimiterError::CircuitOpen);
+        }
+        if !self.connecting.swap(true, Ordering::AcqRel) {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.connect().await });
+        }
+        // The caller's budget bounds this wait; the connect itself goes on.
+        notified.await;
+        self.current()
+            .ok_or_else(|| LimiterError::Io("cannot connect to Redis".into()))
+    }
+
+    async fn connect(self: Arc<Self>) {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(None);
+        let result = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await;
+        match result {
+            Ok(Ok(conn)) => {
+                log::info!("connected to Redis");
+                *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+                self.failed_connects.store(0, Ordering::Relaxed);
+                self.consecutive_timeouts.store(0, Ordering::Relaxed);
+            }
+            failure => {
+                let failures = self.failed_connects.fetch_add(1, Ordering::Relaxed);
+                let backoff = BACKOFF_MIN
+                    .saturating_mul(1 << failures.min(5))
+                    .min(BACKOFF_MAX);
+                let reason = match failure {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {CONNECT_TIMEOUT:?}"),
+                };
+                if failures == 0 {
+                    log::warn!("cannot connect to Redis: {reason}; retrying in {backoff:?}, on_error applies meanwhile");
+                } else {
+                    log::debug!("cannot connect to Redis: {reason}; retrying in {backoff:?}");
+                }
+                self.mark_down();
+                self.retry_connect_at.store(
+                    self.now_us() + backoff.as_micros() as u64,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        self.connecting.store(false, Ordering::Release);
+        self.connect_done.notify_waiters();
+    }
+
+    fn mark_down(&self) {
+        if self.healthy.swap(false, Ordering::Relaxed) {
+            log::warn!("Redis marked unavailable");
+        }
+        self.metrics.up.set(0);
+    }
+
+    async fn evaluate(
+        self: &Arc<Self>,
+        checks: &[LimitCheck<'_>],
+    ) -> Result<Vec<i64>, LimiterError> {
+        let mut conn = self.connection().await?;
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let mut invocation = self.script.prepare_invoke();
+        invocation.arg(format!("{}-{sequence:x}", self.member_prefix));
+        for check in checks {
+            invocation
+                .key(check.key)
+                .arg(check.limit)
+                .arg(check.window.as_micros() as u64)
+                .arg(check.cost);
+        }
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.classify(e))
+    }
+
+    fn classify(&self, error: redis::RedisError) -> LimiterError {
+        if error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal() {
+            self.drop_connection();
+            LimiterError::Io(error.to_string())
+        } else if error.is_timeout() {
+            LimiterError::Timeout(self.budget)
+        } else {
+            LimiterError::Server(error.to_string())
+        }
+    }
+
+    fn record_failure(&self, error: &LimiterError) {
+        self.metrics.errors.with_label_values(&[error.kind()]).inc();
+        match error {
+            LimiterError::Timeout(_) => {
+                let n = self.consecutive_timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+                if n >= TIMEOUTS_BEFORE_RECONNECT {
+                    log::warn!("{n} consecutive Redis timeouts: reconnecting");
+                    self.consecutive_timeouts.store(0, Ordering::Relaxed);
+                    self.drop_connection();
+                    self.mark_down();
+                }
+            }
+            LimiterError::Io(_) | LimiterError::CircuitOpen => self.mark_down(),
+            LimiterError::Server(message) => {
+                log::warn!("Redis rate-limit script failed: {message}")
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Limiter for Arc<RedisLimiter> {
+    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        let start = Instant::now();
+        let result = match tokio::time::timeout(self.budget, self.evaluate(checks)).await {
+            Ok(result) => result.and_then(|reply| parse_reply(&reply, checks.len())),
+            Err(_) => Err(LimiterError::Timeout(self.budget)),
+        };
+        match &result {
+            Ok(_) => {
+                self.metrics.duration.observe(start.elapsed().as_secs_f64());
+                self.consecutive_timeouts.store(0, Ordering::Relaxed);
+                if !self.healthy.swap(true, Ordering::Relaxed) {
+                    log::info!("Redis available again");
+                }
+                self.metrics.up.set(1);
+            }
+            Err(e) => self.record_failure(e),
+        }
+        result
+    }
+}
+
+/// Parses `{admitted, (remaining, reset_us, retry_us) × n}`.
+fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, LimiterError> {
+    if reply.len() != 1 + 3 * n {
+        return Err(LimiterError::Server(format!(
+            "script returned {} values for {n} keys",
+            reply.len()
+        )));
+    }
+    let admitted = reply[0] == 1;
+    let micros = |v: i64| Duration::from_micros(v.max(0) as u64);
+    Ok(reply[1..]
+        .chunks_exact(3)
+        .map(|c| Decision {
+            allowed: admitted || c[2] <= 0,
+            remaining: c[0].max(0) as u64,
+            reset: micros(c[1]),
+            retry_after: if admitted {
+                Duration::ZERO
+            } else {
+                micros(c[2])
+            },
+        })
+        .collect())
+}
+
+/// A per-process random prefix for sorted-set members, so that requests
+/// admitted in the same microsecond by different instances stay distinct.
+fn instance_id() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{:016x}", hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_shapes() {
+        let d = parse_reply(&[1, 4, 10_000_000, 0], 1).unwrap();
+        assert!(d[0].allowed);
+        assert_eq!(d[0].remaining, 4);
+        assert_eq!(d[0].reset, Duration::from_secs(10));
+        let d = parse_reply(&[0, 5, 0, 0, 0, 1_000, 2_500_000], 2).unwrap();
+        assert!(d[0].allowed && !d[1].allowed);
+        assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
+        assert!(parse_reply(&[1, 2], 1).is_err());
+    }
+
+    #[test]
+    fn instance_ids_differ() {
+        assert_ne!(instance_id(), instance_id());
+    }
+}

@@ -1,0 +1,163 @@
+//! `sluice` command line: load and validate the config, then start Pingora.
+
+use clap::Parser;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::Server;
+use pingora::services::listening::Service;
+use sluice::admin::AdminApp;
+use sluice::config::{Backend, Config, RouteAction};
+use sluice::limiter::Decider;
+use sluice::metrics::Metrics;
+use sluice::proxy::Gateway;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// A reverse-proxy API gateway with exact, distributed rate limits.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version)]
+struct Cli {
+    /// Configuration file.
+    #[arg(short, long, default_value = "conf/sluice.yaml")]
+    config: PathBuf,
+    /// Validate the configuration, print a summary and exit (0 valid, 1 invalid).
+    #[arg(long)]
+    check: bool,
+    /// Take over the listeners of a running sluice (zero-downtime upgrade).
+    #[arg(short, long)]
+    upgrade: bool,
+    /// Run in the background.
+    #[arg(short, long)]
+    daemon: bool,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let config = match Config::load(&cli.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if cli.check {
+        print_summary(&cli.config, &config);
+        return ExitCode::SUCCESS;
+    }
+    match run(&cli, config) {
+        Ok(never) => match never {},
+        Err(message) => {
+            eprintln!("sluice: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
+    let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
+    let decider = Arc::new(
+        Decider::new(&config.limiter, metrics.redis.clone())
+            .map_err(|e| format!("limiter: {e}"))?,
+    );
+
+    let server_conf = ServerConf {
+        threads: config.server.threads,
+        grace_period_seconds: Some(config.server.grace_period.as_secs_f64().ceil() as u64),
+        graceful_shutdown_timeout_seconds: Some(1),
+        pid_file: "/tmp/sluice.pid".into(),
+        upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
+        ..ServerConf::default()
+    };
+    let opt = Opt {
+        upgrade: cli.upgrade,
+        daemon: cli.daemon,
+        ..Opt::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(opt, server_conf);
+    server.bootstrap();
+
+    let mut upstreams = Vec::with_capacity(config.upstreams.len());
+    for upstream_config in &config.upstreams {
+        let (upstream, health_check) = sluice::upstream::build(upstream_config)
+            .map_err(|e| format!("upstream `{}`: {e}", upstream_config.name))?;
+        upstreams.push(upstream);
+        if let Some(service) = health_check {
+            server.add_service(service);
+        }
+    }
+
+    let gateway = Gateway::new(
+        &config,
+        upstreams,
+        Arc::clone(&decider),
+        Arc::clone(&metrics),
+    );
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        gateway,
+        "sluice proxy",
+    );
+    for addr in &config.server.listen {
+        proxy.add_tcp(addr);
+    }
+    let mut admin = Service::new("sluice admin".to_string(), AdminApp::new(metrics, decider));
+    admin.add_tcp(&config.server.admin);
+    admin.threads = Some(1);
+    server.add_service(proxy);
+    server.add_service(admin);
+
+    log::info!(
+        "sluice listening on {} (admin {}), {} routes",
+        config.server.listen.join(", "),
+        config.server.admin,
+        config.routes.len()
+    );
+    server.run_forever()
+}
+
+fn print_summary(path: &std::path::Path, config: &Config) {
+    let limits: usize = config.routes.iter().map(|r| r.limits.len()).sum();
+    println!(
+        "{}: OK — {} routes, {} limits, {} upstreams",
+        path.display(),
+        config.routes.len(),
+        limits,
+        config.upstreams.len()
+    );
+    println!(
+        "  listen {} · admin {}",
+        config.server.listen.join(", "),
+        config.server.admin
+    );
+    match config.limiter.backend {
+        Backend::Redis => println!(
+            "  limiter redis {} (timeout {:?}, on_error {:?})",
+            redact(&config.limiter.redis.url),
+            config.limiter.redis.timeout,
+            config.limiter.on_error
+        ),
+        Backend::Local => println!("  limiter local (this instance only)"),
+    }
+    for route in &config.routes {
+        let target = match &route.action {
+            RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
+            RouteAction::Respond { status, .. } => format!("→ respond {status}"),
+        };
+        println!("  route {} {target}", route.name);
+        for limit in &route.limits {
+            println!(
+                "    limit {}: {} per {:?} ({:?})",
+                limit.name, limit.limit, limit.window, limit.algorithm
+            );
+        }
+    }
+}
+
+/// Hides a password in a Redis URL.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(start), Some(at)) if at > start => format!("{}***{}", &url[..start + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}

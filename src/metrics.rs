@@ -1,0 +1,210 @@
+//! The Prometheus registry and every metric of DESIGN §7.
+//!
+//! Label values come only from the configuration (route and limit names) and
+//! from fixed sets (status codes, decision, source, error kind) — never from a
+//! request, so the series count is bounded by the config.
+
+use crate::limiter::Source;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+/// Handles to every sluice metric, registered in one private registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `sluice_requests_total{route,status}`.
+    pub requests: IntCounterVec,
+    /// `sluice_request_duration_seconds{route}`.
+    pub request_duration: HistogramVec,
+    /// `sluice_ratelimit_decisions_total{route,limit,decision,source}`.
+    pub decisions: IntCounterVec,
+    /// `sluice_config_reloads_total{result}`.
+    pub config_reloads: IntCounterVec,
+    /// The Redis metrics, handed to the Redis backend.
+    pub redis: RedisMetrics,
+}
+
+/// The metrics the Redis backend updates.
+#[derive(Clone)]
+pub struct RedisMetrics {
+    /// `sluice_redis_duration_seconds`: successful decision round trips.
+    pub duration: Histogram,
+    /// `sluice_redis_errors_total{kind}`.
+    pub errors: IntCounterVec,
+    /// `sluice_redis_up`: 1 after a successful call, 0 after a connection failure.
+    pub up: IntGauge,
+}
+
+/// The decision label values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionLabel {
+    /// Admitted.
+    Allow,
+    /// Denied.
+    Deny,
+}
+
+/// Pre-resolved decision counters of one limit, indexed by decision and source,
+/// so the request path does no label hashing.
+#[derive(Clone)]
+pub struct LimitCounters {
+    counters: Vec<IntCounter>,
+}
+
+impl LimitCounters {
+    /// Adds one to the counter of (`decision`, `source`).
+    pub fn inc(&self, decision: DecisionLabel, source: Source) {
+        let row = match decision {
+            DecisionLabel::Allow => 0,
+            DecisionLabel::Deny => 1,
+        };
+        let column = Source::ALL.iter().position(|s| *s == source).unwrap_or(0);
+        self.counters[row * Source::ALL.len() + column].inc();
+    }
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "sluice_requests_total",
+                "Requests served, by route and response status.",
+            ),
+            &["route", "status"],
+        )?;
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_request_duration_seconds",
+                "Time from request start to response end, by route.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["route"],
+        )?;
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "sluice_ratelimit_decisions_total",
+                "Rate-limit decisions, by route, limit, decision and source.",
+            ),
+            &["route", "limit", "decision", "source"],
+        )?;
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "sluice_config_reloads_total",
+                "Configuration reloads, by result.",
+            ),
+            &["result"],
+        )?;
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "sluice_redis_duration_seconds",
+                "Round trip of successful Redis rate-limit calls.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "sluice_redis_errors_total",
+                "Failed Redis rate-limit calls, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let up = IntGauge::new(
+            "sluice_redis_up",
+            "1 when the last Redis call succeeded, 0 when Redis is unreachable.",
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_duration.clone()))?;
+        registry.register(Box::new(decisions.clone()))?;
+        registry.register(Box::new(config_reloads.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(up.clone()))?;
+        for kind in ["timeout", "io", "server", "circuit_open"] {
+            errors.with_label_values(&[kind]);
+        }
+        for result in ["success", "failure"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        Ok(Self {
+            registry,
+            requests,
+            request_duration,
+            decisions,
+            config_reloads,
+            redis: RedisMetrics {
+                duration,
+                errors,
+                up,
+            },
+        })
+    }
+
+    /// Counters for one limit of one route, created at zero so that dashboards
+    /// and alerts see every series from the start.
+    pub fn limit_counters(&self, route: &str, limit: &str) -> LimitCounters {
+        let mut counters = Vec::with_capacity(2 * Source::ALL.len());
+        for decision in ["allow", "deny"] {
+            for source in Source::ALL {
+                counters.push(self.decisions.with_label_values(&[
+                    route,
+                    limit,
+                    decision,
+                    source.label(),
+                ]));
+            }
+        }
+        LimitCounters { counters }
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::error!("cannot encode metrics: {e}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_design_metric_is_exported() {
+        let metrics = Metrics::new().unwrap();
+        metrics.requests.with_label_values(&["r", "200"]).inc();
+        metrics
+            .request_duration
+            .with_label_values(&["r"])
+            .observe(0.01);
+        metrics
+            .limit_counters("r", "l")
+            .inc(DecisionLabel::Deny, Source::Local);
+        metrics.redis.duration.observe(0.001);
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        for name in [
+            "sluice_requests_total",
+            "sluice_request_duration_seconds",
+            "sluice_ratelimit_decisions_total",
+            "sluice_redis_duration_seconds",
+            "sluice_redis_errors_total",
+            "sluice_redis_up",
+            "sluice_config_reloads_total",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
+        assert!(text.contains(
+            r#"sluice_ratelimit_decisions_total{decision="deny",limit="l",route="r",source="local"} 1"#
+        ));
+    }
+}
