@@ -54,7 +54,7 @@ impl PositionIndex {
 enum Frame {
     Mapping {
         path: String,
-        pending_key: Option<String>,
+        pending_key: Option<(String, Marker)>,
         expecting_key: bool,
     },
     Sequence {
@@ -70,15 +70,17 @@ struct Builder {
 }
 
 impl Builder {
-    /// Path for the node that starts now, advancing the parent's state.
+    /// Path for the node that starts now at `mark`, advancing the parent's
+    /// state, and the position to record for it: the node's own, except for a
+    /// block collection under a key, which is reported at its key's line.
     /// Returns `None` when the node is a mapping key.
-    fn next_node_path(&mut self, scalar_key: Option<&str>) -> Option<String> {
+    fn next_node(&mut self, scalar_key: Option<&str>, mark: Marker) -> Option<(String, Marker)> {
         match self.stack.last_mut() {
-            None => Some(String::new()),
+            None => Some((String::new(), mark)),
             Some(Frame::Sequence { path, next_index }) => {
                 let p = format!("{path}[{next_index}]");
                 *next_index += 1;
-                Some(p)
+                Some((p, mark))
             }
             Some(Frame::Mapping {
                 path,
@@ -87,16 +89,22 @@ impl Builder {
             }) => {
                 if *expecting_key {
                     *expecting_key = false;
-                    *pending_key = Some(scalar_key.unwrap_or("?").to_string());
+                    *pending_key = Some((scalar_key.unwrap_or("?").to_string(), mark));
                     None
                 } else {
                     *expecting_key = true;
-                    let key = pending_key.take().unwrap_or_default();
-                    Some(if path.is_empty() {
+                    let (key, key_mark) = pending_key.take().unwrap_or((String::new(), mark));
+                    let p = if path.is_empty() {
                         key
                     } else {
                         format!("{path}.{key}")
-                    })
+                    };
+                    let at = if scalar_key.is_none() && mark.line() > key_mark.line() {
+                        key_mark
+                    } else {
+                        mark
+                    };
+                    Some((p, at))
                 }
             }
         }
@@ -114,18 +122,18 @@ impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         match ev {
             Event::Scalar(value, ..) => {
-                if let Some(path) = self.next_node_path(Some(&value)) {
-                    self.record(&path, mark);
+                if let Some((path, at)) = self.next_node(Some(&value), mark) {
+                    self.record(&path, at);
                 }
             }
             Event::Alias(_) => {
-                if let Some(path) = self.next_node_path(None) {
-                    self.record(&path, mark);
+                if let Some((path, at)) = self.next_node(Some("*alias"), mark) {
+                    self.record(&path, at);
                 }
             }
             Event::MappingStart(..) => {
-                let path = self.next_node_path(None).unwrap_or_default();
-                self.record(&path, mark);
+                let (path, at) = self.next_node(None, mark).unwrap_or((String::new(), mark));
+                self.record(&path, at);
                 self.stack.push(Frame::Mapping {
                     path,
                     pending_key: None,
@@ -133,8 +141,8 @@ impl MarkedEventReceiver for Builder {
                 });
             }
             Event::SequenceStart(..) => {
-                let path = self.next_node_path(None).unwrap_or_default();
-                self.record(&path, mark);
+                let (path, at) = self.next_node(None, mark).unwrap_or((String::new(), mark));
+                self.record(&path, at);
                 self.stack.push(Frame::Sequence {
                     path,
                     next_index: 0,

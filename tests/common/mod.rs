@@ -1,0 +1,514 @@
+//! Real components for the integration tests: a `redis-server` on a free port,
+//! an HTTP upstream that counts what it serves, and the `sluice` binary itself.
+//! Every process is killed when its handle drops. Readiness is polled, never
+//! slept for.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// Polls `ready` every 20 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------- redis-server
+
+/// A `redis-server` child process on its own port.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    /// Starts a server on `port` and waits until it answers PING.
+    pub fn start_on(port: u16) -> Self {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be on PATH (apt-get install redis-server)");
+        let server = Self {
+            child: Some(child),
+            port,
+        };
+        wait_until(
+            Duration::from_secs(10),
+            "redis-server to answer PING",
+            || {
+                server
+                    .try_connection()
+                    .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+            },
+        );
+        server
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn try_connection(&self) -> Option<redis::Connection> {
+        redis::Client::open(self.url())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()
+    }
+
+    /// A fresh synchronous connection.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection()
+            .expect("cannot connect to the test redis-server")
+    }
+
+    /// ZCARD of `key`.
+    pub fn zcard(&self, key: &str) -> u64 {
+        redis::cmd("ZCARD")
+            .arg(key)
+            .query(&mut self.connection())
+            .expect("ZCARD")
+    }
+
+    /// Every key matching `pattern`.
+    pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut self.connection())
+            .expect("KEYS")
+    }
+
+    /// SIGKILLs the server now.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ------------------------------------------------------------------- upstream
+
+/// An HTTP/1.1 upstream (keep-alive) that answers `200 upstream ok` and counts
+/// the requests it served.
+pub struct Upstream {
+    /// Its address.
+    pub addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    last_headers: Arc<Mutex<Vec<(String, String)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Upstream {
+    /// Starts serving on a free port.
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        let addr = listener.local_addr().expect("upstream addr");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let last_headers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, l, s) = (hits.clone(), last_headers.clone(), stop.clone());
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let (h, l) = (h.clone(), l.clone());
+                thread::spawn(move || serve_upstream_connection(stream, &h, &l));
+            }
+        });
+        Self {
+            addr,
+            hits,
+            last_headers,
+            stop,
+        }
+    }
+
+    /// Requests served so far.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Header of the last request served (lower-case name).
+    pub fn last_header(&self, name: &str) -> Option<String> {
+        let headers = self.last_headers.lock().unwrap();
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve_upstream_connection(
+    stream: TcpStream,
+    hits: &AtomicUsize,
+    last: &Mutex<Vec<(String, String)>>,
+) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut headers = Vec::new();
+        let mut content_length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                let name = name.trim().to_ascii_lowercase();
+                let value = value.trim().to_string();
+                if name == "content-length" {
+                    content_length = value.parse().unwrap_or(0);
+                }
+                headers.push((name, value));
+            }
+        }
+        let mut body = vec![0; content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        *last.lock().unwrap() = headers;
+        hits.fetch_add(1, Ordering::SeqCst);
+        let response =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nupstream ok";
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+// --------------------------------------------------------------------- client
+
+/// A parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// Body as text.
+    pub body: String,
+    /// Wall time of the exchange.
+    pub elapsed: Duration,
+}
+
+impl Response {
+    /// First value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `method path` with `headers` on a new connection (`Connection: close`).
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut raw =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
+    for (name, value) in headers {
+        raw.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    raw.extend_from_slice(b"\r\n");
+    raw_request(addr, &raw)
+}
+
+/// `GET path` with `headers`.
+pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    request(addr, "GET", path, headers)
+}
+
+/// Writes `raw` bytes as they are and parses the response (read to EOF).
+pub fn raw_request(addr: SocketAddr, raw: &[u8]) -> Response {
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr).expect("connect to sluice");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    stream.write_all(raw).expect("write request");
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let elapsed = start.elapsed();
+    parse_response(&bytes, elapsed)
+}
+
+fn parse_response(bytes: &[u8], elapsed: Duration) -> Response {
+    let text = String::from_utf8_lossy(bytes);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Response {
+        status,
+        headers,
+        body,
+        elapsed,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+// --------------------------------------------------------------------- sluice
+
+/// The real `sluice` binary with a temporary config.
+pub struct Sluice {
+    child: Option<Child>,
+    /// Proxy listener.
+    pub addr: SocketAddr,
+    /// Admin listener.
+    pub admin: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The `server:` section every test instance uses: loopback ports, short grace.
+pub fn server_section(listen: SocketAddr, admin: SocketAddr) -> String {
+    format!("server:\n  listen: [\"{listen}\"]\n  admin: \"{admin}\"\n  threads: 2\n  grace_period: 1s\n")
+}
+
+impl Sluice {
+    /// Starts sluice with `body` (the config without `server:`) and waits until
+    /// both listeners accept and `/healthz` answers.
+    pub fn start(body: &str) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::start_with(
+            &format!("{}{body}", server_section(addr, admin)),
+            addr,
+            admin,
+            &[],
+        )
+    }
+
+    /// Starts sluice with a complete config text, listeners known to the caller,
+    /// and extra environment variables.
+    pub fn start_with(
+        config: &str,
+        addr: SocketAddr,
+        admin: SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sluice.yaml");
+        std::fs::write(&path, config).expect("write config");
+        let log = dir.path().join("sluice.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("start sluice");
+        let mut sluice = Self {
+            child: Some(child),
+            addr,
+            admin,
+            log,
+            _dir: dir,
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = sluice
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("sluice exited early ({status}):\n{}", sluice.log());
+            }
+            let admin_ok =
+                TcpStream::connect(admin).is_ok() && get(admin, "/healthz", &[]).status == 200;
+            if admin_ok && TcpStream::connect(addr).is_ok() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "sluice did not start:\n{}",
+                sluice.log()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        sluice
+    }
+
+    /// What sluice wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET path` through the proxy.
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        get(self.addr, path, headers)
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics(&self) -> String {
+        get(self.admin, "/metrics", &[]).body
+    }
+
+    /// Value of `sluice_ratelimit_decisions_total` for these labels (0 if absent).
+    pub fn decisions(&self, route: &str, limit: &str, decision: &str, source: &str) -> u64 {
+        let series = format!(
+            "sluice_ratelimit_decisions_total{{decision=\"{decision}\",limit=\"{limit}\",route=\"{route}\",source=\"{source}\"}} "
+        );
+        metric_value(&self.metrics(), &series)
+    }
+
+    /// Sends `signal` (such as "-INT") and waits for the process to exit,
+    /// returning how long that took.
+    pub fn stop_with(&mut self, signal: &str) -> Duration {
+        let start = Instant::now();
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        start.elapsed()
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The value of the first line of `metrics` that starts with `series`.
+pub fn metric_value(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+/// Runs `count` requests at once (released together by a barrier) through
+/// `pick(i)`-chosen instances and returns their statuses.
+pub fn concurrent<F>(count: usize, send: F) -> Vec<u16>
+where
+    F: Fn(usize) -> Response + Send + Sync + 'static,
+{
+    let send = Arc::new(send);
+    let barrier = Arc::new(std::sync::Barrier::new(count));
+    let handles: Vec<_> = (0..count)
+        .map(|i| {
+            let (send, barrier) = (send.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                send(i).status
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("request thread"))
+        .collect()
+}

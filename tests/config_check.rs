@@ -1,0 +1,117 @@
+//! `sluice --check`: bad configs are refused with `PATH:LINE:COLUMN: message`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn check(path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .arg("--config")
+        .arg(path)
+        .output()
+        .expect("run sluice --check")
+}
+
+/// Writes `text` to a temp file, runs `--check`, and returns (exit code, stderr, path).
+fn check_text(text: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = check(&path);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        path.display().to_string(),
+    )
+}
+
+const ROUTE_HEAD: &str = "routes:\n  - name: sms\n    respond: {}\n    limits:\n";
+
+#[test]
+fn bad_configs_name_file_line_column_and_reason() {
+    let cases: &[(&str, usize, &str)] = &[
+        // (config, line of the problem, words the message must contain)
+        ("server:\n  listen: [\"127.0.0.1:8080\"]\n  threds: 2\n", 3, "unknown field `threds`"),
+        (
+            "limiter:\n  redis:\n    timeout: 20\n",
+            3,
+            "invalid duration `20`: missing unit",
+        ),
+        (&format!("{ROUTE_HEAD}      - {{name: per-ip, key: [ip], limit: 0, window: 10s}}\n"), 5, "`limit` must be at least 1"),
+        (&format!("{ROUTE_HEAD}      - {{name: per-ip, key: [ip], limit: 5, window: 0s}}\n"), 5, "`window` must be at least 1ms"),
+        ("routes:\n  - name: a\n    respond: {}\n  - name: a\n    respond: {}\n", 4, "duplicate route name `a`"),
+        ("routes:\n  - name: a\n    upstream: payments\n", 3, "unknown upstream `payments`"),
+        (
+            &format!("{ROUTE_HEAD}      - {{name: x, key: [ip], limit: 5, window: 1s, algorithm: token_bucket}}\n"),
+            5,
+            "not supported yet",
+        ),
+        ("identity:\n  jwt:\n    claim: sub\n", 2, "JWT identity (`identity.jwt`) is not supported yet"),
+        ("server:\n  tls:\n    cert: /x.pem\n", 2, "TLS listeners (`server.tls`) is not supported yet"),
+        ("limiter:\n  on_error: maybe\n", 2, "unknown variant `maybe`"),
+        ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "unknown key part `cookie`"),
+        ("routes: [\n", 2, ""),
+    ];
+    for (text, line, needle) in cases {
+        let (code, stderr, path) = check_text(text);
+        assert_eq!(code, 1, "{text}\n{stderr}");
+        let prefix = format!("{path}:{line}:");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&prefix),
+            "expected `{prefix}…` for\n{text}\ngot: {stderr}"
+        );
+        let column = first[prefix.len()..].split(':').next().unwrap_or_default();
+        assert!(column.parse::<usize>().is_ok(), "no column in {first}");
+        assert!(
+            stderr.contains(needle),
+            "expected `{needle}` for\n{text}\ngot: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let (code, stderr, _) = check_text("routes:\n  - name: A\n    upstream: nope\n");
+    assert_eq!(code, 1);
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+}
+
+#[test]
+fn missing_file_and_unset_variable() {
+    let out = check(Path::new("/nonexistent/sluice.yaml"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("/nonexistent/sluice.yaml: cannot read")
+    );
+
+    let (code, stderr, path) =
+        check_text("limiter:\n  redis:\n    url: ${SLUICE_TEST_SURELY_UNSET}\n");
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with(&format!(
+            "{path}:3:10: environment variable `SLUICE_TEST_SURELY_UNSET` is not set"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn shipped_config_is_valid() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("SLUICE_REDIS_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("conf/sluice.yaml: OK"), "{stdout}");
+    assert!(stdout.contains("route demo"), "{stdout}");
+}

@@ -1,0 +1,194 @@
+//! The sliding-log limit end to end: real Redis, real upstream, real sluice.
+
+mod common;
+
+use common::*;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn config(redis: &RedisServer, upstream: &Upstream, limit: u64, window: &str) -> String {
+    format!(
+        r#"
+limiter:
+  redis: {{ url: "{url}", timeout: 500ms }}
+  on_error: deny
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: sms-send
+    match: {{ path_prefix: /sms/ }}
+    upstream: api
+    limits:
+      - name: per-user
+        key: [{{header: X-User}}]
+        limit: {limit}
+        window: {window}
+"#,
+        url = redis.url(),
+        upstream = upstream.addr,
+    )
+}
+
+const KEY: &str = "sluice:{sms-send:per-user:user_1001}";
+
+#[test]
+fn seed_scenario_five_per_ten_seconds() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 5, "10s"));
+
+    let mut statuses = Vec::new();
+    let mut denied = Vec::new();
+    for i in 0..7 {
+        if i > 0 {
+            thread::sleep(Duration::from_millis(500));
+        }
+        let response = sluice.get("/sms/send", &[("X-User", "user_1001")]);
+        statuses.push(response.status);
+        if response.status == 429 {
+            denied.push(response);
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    assert_eq!(
+        upstream.hits(),
+        5,
+        "the upstream must see exactly the admitted requests"
+    );
+    for response in denied {
+        let retry: u64 = response
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
+        // The first admitted entry leaves the window ~10 s after it was admitted,
+        // i.e. 7.5 s and 7 s after requests 6 and 7.
+        assert!((1..=10).contains(&retry), "Retry-After {retry}");
+        assert_eq!(response.header("content-type"), Some("application/json"));
+        assert!(
+            response.body.starts_with(r#"{"error":"too_many_requests","route":"sms-send","limit":"per-user","retry_after_seconds":"#),
+            "{}",
+            response.body
+        );
+        assert_eq!(response.header("x-ratelimit-remaining"), Some("0"));
+    }
+    assert_eq!(redis.zcard(KEY), 5);
+}
+
+#[test]
+fn allowed_responses_carry_rate_limit_headers() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 5, "10s"));
+    let first = sluice.get("/sms/x", &[("X-User", "u")]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, "upstream ok");
+    assert_eq!(first.header("x-ratelimit-limit"), Some("5"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("4"));
+    assert_eq!(first.header("x-ratelimit-reset"), Some("10"));
+    let second = sluice.get("/sms/x", &[("X-User", "u")]);
+    assert_eq!(second.header("x-ratelimit-remaining"), Some("3"));
+}
+
+#[test]
+fn no_boundary_double_burst() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 5, "2s"));
+    let burst = |n: usize| -> Vec<u16> {
+        (0..n)
+            .map(|_| sluice.get("/sms/x", &[("X-User", "user_1001")]).status)
+            .collect()
+    };
+
+    let t0 = Instant::now();
+    assert_eq!(burst(5), [200; 5], "first burst fills the window");
+    let first_burst_done = t0.elapsed();
+    // A fixed 1 s or 2 s window would reset around here and admit a second
+    // full burst; the sliding log keeps counting the first one for 2 s.
+    thread::sleep(Duration::from_millis(1200).saturating_sub(first_burst_done));
+    let second = burst(5);
+    let second_done = t0.elapsed();
+    assert!(
+        second_done < Duration::from_millis(1950),
+        "machine too slow for this check ({second_done:?}); the second burst must end inside the window"
+    );
+    assert_eq!(
+        second, [429; 5],
+        "second burst inside the window must be denied"
+    );
+
+    // Once the window has slid past the first burst, a full burst passes again.
+    thread::sleep((first_burst_done + Duration::from_millis(2300)).saturating_sub(t0.elapsed()));
+    assert_eq!(
+        burst(5),
+        [200; 5],
+        "after the window slides, the limit frees up"
+    );
+    assert_eq!(upstream.hits(), 10);
+}
+
+#[test]
+fn exact_across_three_instances() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let body = config(&redis, &upstream, 50, "1m");
+    let instances: Vec<Sluice> = (0..3).map(|_| Sluice::start(&body)).collect();
+    let addrs: Vec<_> = instances.iter().map(|s| s.addr).collect();
+
+    let statuses = concurrent(240, move |i| {
+        get(addrs[i % 3], "/sms/x", &[("X-User", "user_1001")])
+    });
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    let denied = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((admitted, denied), (50, 190), "statuses: {statuses:?}");
+    assert_eq!(upstream.hits(), 50);
+    assert_eq!(
+        redis.zcard(KEY),
+        50,
+        "the sorted set holds exactly the admitted requests"
+    );
+    // Each instance took part.
+    for s in &instances {
+        let seen = s.decisions("sms-send", "per-user", "allow", "redis")
+            + s.decisions("sms-send", "per-user", "deny", "redis");
+        assert!(seen > 0);
+    }
+}
+
+#[test]
+fn same_microsecond_members_never_collapse() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let body = config(&redis, &upstream, 1000, "1m");
+    let instances: Vec<Sluice> = (0..3).map(|_| Sluice::start(&body)).collect();
+    let addrs: Vec<_> = instances.iter().map(|s| s.addr).collect();
+
+    let statuses = concurrent(100, move |i| {
+        get(addrs[i % 3], "/sms/x", &[("X-User", "user_1001")])
+    });
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(redis.zcard(KEY), 100);
+}
+
+#[test]
+fn denied_flood_leaves_limit_entries() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 10, "1m"));
+    let addr = sluice.addr;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.extend(concurrent(30, move |_| {
+            get(addr, "/sms/x", &[("X-User", "user_1001")])
+        }));
+    }
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 290);
+    assert_eq!(redis.zcard(KEY), 10, "denied requests must never be stored");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(KEY)
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_001, "idle keys expire (PTTL {ttl})");
+}

@@ -1,0 +1,163 @@
+//! When Redis is down, slow or comes back: `on_error` allow / deny / local.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+/// The decision budget these tests configure, and the slack allowed on top of
+/// it for the HTTP exchange on a loaded machine.
+const BUDGET: Duration = Duration::from_millis(100);
+const SLACK: Duration = Duration::from_millis(400);
+
+fn config(redis_url: &str, on_error: &str, upstream: &Upstream) -> String {
+    format!(
+        r#"
+limiter:
+  redis: {{ url: "{redis_url}", timeout: 100ms }}
+  on_error: {on_error}
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: login
+    upstream: api
+    limits:
+      - name: per-user
+        key: [{{header: X-User}}]
+        limit: 3
+        window: 1m
+"#,
+        upstream = upstream.addr
+    )
+}
+
+fn dead_redis_url() -> String {
+    format!("redis://127.0.0.1:{}/0", free_port())
+}
+
+fn send(sluice: &Sluice, n: usize) -> Vec<u16> {
+    (0..n)
+        .map(|_| {
+            let r = sluice.get("/login", &[("X-User", "alice")]);
+            assert!(
+                r.elapsed < BUDGET + SLACK,
+                "a request waited {:?}",
+                r.elapsed
+            );
+            r.status
+        })
+        .collect()
+}
+
+#[test]
+fn redis_never_started_allow_fails_open() {
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&dead_redis_url(), "allow", &upstream));
+    assert_eq!(send(&sluice, 6), [200; 6]);
+    assert_eq!(
+        sluice.decisions("login", "per-user", "allow", "fail_open"),
+        6
+    );
+    assert_eq!(
+        get(sluice.admin, "/readyz", &[]).status,
+        200,
+        "allow keeps the instance ready"
+    );
+    assert!(sluice.metrics().contains("sluice_redis_up 0"));
+}
+
+#[test]
+fn redis_never_started_deny_fails_closed_with_503() {
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&dead_redis_url(), "deny", &upstream));
+    let statuses = send(&sluice, 4);
+    assert_eq!(statuses, [503; 4]);
+    assert_eq!(upstream.hits(), 0);
+    assert_eq!(
+        sluice.decisions("login", "per-user", "deny", "fail_closed"),
+        4
+    );
+    let ready = get(sluice.admin, "/readyz", &[]);
+    assert_eq!(
+        ready.status, 503,
+        "deny + unreachable Redis is not ready: {}",
+        ready.body
+    );
+}
+
+#[test]
+fn redis_never_started_local_limits_in_process() {
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&dead_redis_url(), "local", &upstream));
+    assert_eq!(send(&sluice, 5), [200, 200, 200, 429, 429]);
+    assert_eq!(upstream.hits(), 3);
+    assert_eq!(sluice.decisions("login", "per-user", "allow", "local"), 3);
+    assert_eq!(sluice.decisions("login", "per-user", "deny", "local"), 2);
+}
+
+#[test]
+fn redis_killed_mid_test_falls_back_to_local() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis.url(), "local", &upstream));
+    assert_eq!(send(&sluice, 2), [200, 200]);
+    assert_eq!(sluice.decisions("login", "per-user", "allow", "redis"), 2);
+
+    redis.kill();
+    // The in-process limiter starts from zero (it never saw the Redis-admitted
+    // requests): 3 more pass, then it denies. No 5xx, no wait beyond the budget.
+    assert_eq!(send(&sluice, 5), [200, 200, 200, 429, 429]);
+    assert_eq!(sluice.decisions("login", "per-user", "allow", "local"), 3);
+    assert!(sluice.metrics().contains("sluice_redis_up 0"));
+}
+
+#[test]
+fn starts_without_redis_and_uses_it_once_up() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&url, "allow", &upstream));
+    assert_eq!(send(&sluice, 2), [200, 200]);
+    assert_eq!(
+        sluice.decisions("login", "per-user", "allow", "fail_open"),
+        2
+    );
+
+    let redis = RedisServer::start_on(port);
+    wait_until(
+        Duration::from_secs(10),
+        "decisions to come from Redis",
+        || {
+            sluice.get("/login", &[("X-User", "bob")]);
+            sluice.decisions("login", "per-user", "allow", "redis") > 0
+        },
+    );
+    assert!(redis.zcard("sluice:{login:per-user:bob}") >= 1);
+    assert!(sluice.metrics().contains("sluice_redis_up 1"));
+    assert_eq!(get(sluice.admin, "/readyz", &[]).status, 200);
+}
+
+#[test]
+fn paused_redis_costs_at_most_the_budget() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis.url(), "allow", &upstream));
+    assert_eq!(send(&sluice, 1), [200]);
+    // Redis stops answering clients for 3 s; every decision must give up after
+    // the budget and fail open instead of waiting.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query(&mut redis.connection())
+        .unwrap();
+    let statuses = send(&sluice, 4);
+    assert_eq!(statuses, [200; 4]);
+    assert!(sluice.decisions("login", "per-user", "allow", "fail_open") >= 4);
+    assert!(
+        common::metric_value(
+            &sluice.metrics(),
+            "sluice_redis_errors_total{kind=\"timeout\"} "
+        ) >= 1
+    );
+}
