@@ -192,3 +192,61 @@ fn denied_flood_leaves_limit_entries() {
         .unwrap();
     assert!(ttl > 0 && ttl <= 60_001, "idle keys expire (PTTL {ttl})");
 }
+
+#[test]
+fn lost_script_is_reloaded_without_failing_a_decision() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 3, "1m"));
+    assert_eq!(sluice.get("/sms/x", &[("X-User", "user_1001")]).status, 200);
+    // What a Redis restart or failover does to the script cache.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.connection())
+        .unwrap();
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| sluice.get("/sms/x", &[("X-User", "user_1001")]).status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 429],
+        "the count carried on through the reload"
+    );
+    assert_eq!(
+        sluice.decisions("sms-send", "per-user", "allow", "redis"),
+        3
+    );
+    assert_eq!(
+        metric_value(
+            &sluice.metrics(),
+            "sluice_redis_errors_total{kind=\"server\"} "
+        ),
+        0
+    );
+}
+
+#[test]
+fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    // on_error: deny in this config → 503 for the broken key, others unaffected.
+    let sluice = Sluice::start(&config(&redis, &upstream, 3, "1m"));
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("not a sorted set")
+        .query(&mut redis.connection())
+        .unwrap();
+    let broken = sluice.get("/sms/x", &[("X-User", "user_1001")]);
+    assert_eq!(broken.status, 503, "{}", broken.body);
+    assert_eq!(
+        sluice.get("/sms/x", &[("X-User", "someone_else")]).status,
+        200
+    );
+    assert_eq!(
+        metric_value(
+            &sluice.metrics(),
+            "sluice_redis_errors_total{kind=\"server\"} "
+        ),
+        1
+    );
+}

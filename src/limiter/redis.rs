@@ -8,6 +8,12 @@
 //! wait for it within their budget. After a failed connect, Redis is not tried
 //! again for a back-off (100 ms doubling to 2 s): decisions follow `on_error`
 //! at once meanwhile, so a dead Redis costs no latency.
+//!
+//! Concurrent decisions are coalesced: each request queues its `EVALSHA`, and
+//! one flush task per batch — which first yields once, so that every request
+//! made ready by the same I/O event gets to queue — sends the whole queue as
+//! one pipeline (one write, one read). Each `EVALSHA` is still its own atomic
+//! script, so exactness is untouched; only syscalls and TCP segments are saved.
 
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
@@ -18,12 +24,13 @@ use redis::AsyncConnectionConfig;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 /// The sliding-log script (see the file for its contract).
 pub const SLIDING_LOG_SCRIPT: &str = include_str!("sliding_log.lua");
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Consecutive timeouts after which the connection is presumed dead and replaced.
@@ -45,7 +52,14 @@ pub struct RedisLimiter {
     epoch: Instant,
     member_prefix: String,
     sequence: AtomicU64,
+    queue: std::sync::Mutex<Vec<Queued>>,
     metrics: RedisMetrics,
+}
+
+/// One decision waiting for the next flush.
+struct Queued {
+    command: redis::Cmd,
+    reply: oneshot::Sender<Result<Vec<i64>, LimiterError>>,
 }
 
 impl RedisLimiter {
@@ -67,6 +81,7 @@ impl RedisLimiter {
             epoch: Instant::now(),
             member_prefix: instance_id(),
             sequence: AtomicU64::new(0),
+            queue: std::sync::Mutex::new(Vec::new()),
             metrics,
         })
     }
@@ -93,6 +108,9 @@ impl RedisLimiter {
 
     /// The shared connection, connecting (once, in the background) if needed.
     async fn connection(self: &Arc<Self>) -> Result<MultiplexedConnection, LimiterError> {
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
         let notified = self.connect_done.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -115,7 +133,9 @@ impl RedisLimiter {
     async fn connect(self: Arc<Self>) {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(None);
+            // Bounds each flush task when Redis stops answering; every request is
+            // separately bounded by the (shorter) decision budget.
+            .set_response_timeout(Some(RESPONSE_TIMEOUT.max(self.budget)));
         let result = tokio::time::timeout(
             CONNECT_TIMEOUT,
             self.client
@@ -165,21 +185,110 @@ impl RedisLimiter {
         self: &Arc<Self>,
         checks: &[LimitCheck<'_>],
     ) -> Result<Vec<i64>, LimiterError> {
-        let mut conn = self.connection().await?;
+        let conn = self.connection().await?;
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(format!("{}-{sequence:x}", self.member_prefix));
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(self.script.get_hash()).arg(checks.len());
         for check in checks {
-            invocation
-                .key(check.key)
+            command.arg(check.key);
+        }
+        command.arg(format!("{}-{sequence:x}", self.member_prefix));
+        for check in checks {
+            command
                 .arg(check.limit)
                 .arg(check.window.as_micros() as u64)
                 .arg(check.cost);
         }
-        invocation
-            .invoke_async(&mut conn)
+        let (reply, receive) = oneshot::channel();
+        let first = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.push(Queued { command, reply });
+            queue.len() == 1
+        };
+        if first {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.flush(conn).await });
+        }
+        receive
             .await
-            .map_err(|e| self.classify(e))
+            .unwrap_or_else(|_| Err(LimiterError::Io("connection closed".into())))
+    }
+
+    /// Sends every queued decision as one pipeline and hands out the replies.
+    async fn flush(self: Arc<Self>, mut conn: MultiplexedConnection) {
+        // Let the other requests woken by the same I/O event queue theirs first.
+        tokio::task::yield_now().await;
+        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut replies = Vec::with_capacity(batch.len());
+        for queued in batch {
+            pipe.add_command(queued.command);
+            replies.push(queued.reply);
+        }
+        let mut results = self.run(&mut conn, &pipe).await;
+        // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
+        // and run again only the decisions that did not execute.
+        let lost: Vec<usize> = match &results {
+            Ok(values) => values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| is_noscript(v))
+                .map(|(i, _)| i)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if !lost.is_empty() {
+            log::info!("Redis has no sluice script (restarted?): loading it");
+            let mut retry = redis::pipe();
+            retry.ignore_errors();
+            let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+            for &i in &lost {
+                retry.add_command(commands[i].clone());
+            }
+            let reloaded = match self.script.load_async(&mut conn).await {
+                Ok(_) => self.run(&mut conn, &retry).await,
+                Err(e) => Err(self.classify(e)),
+            };
+            results = match (results, reloaded) {
+                (Ok(mut values), Ok(again)) => {
+                    for (&i, value) in lost.iter().zip(again) {
+                        values[i] = value;
+                    }
+                    Ok(values)
+                }
+                (_, Err(e)) | (Err(e), _) => Err(e),
+            };
+        }
+        match results {
+            Ok(values) => {
+                for (reply, value) in replies.into_iter().zip(values) {
+                    let decoded = match value {
+                        Ok(value) => redis::from_redis_value::<Vec<i64>>(value).map_err(|e| {
+                            LimiterError::Server(format!("unexpected script reply: {e}"))
+                        }),
+                        Err(e) => Err(self.classify(e)),
+                    };
+                    let _ = reply.send(decoded);
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    async fn run(
+        &self,
+        conn: &mut MultiplexedConnection,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
+        pipe.query_async(conn).await.map_err(|e| self.classify(e))
     }
 
     fn classify(&self, error: redis::RedisError) -> LimiterError {
@@ -234,6 +343,10 @@ impl Limiter for Arc<RedisLimiter> {
         }
         result
     }
+}
+
+fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
+    matches!(value, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
 
 /// Parses `{admitted, (remaining, reset_us, retry_us) × n}`.
