@@ -13,6 +13,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// glibc's malloc showed up as ~16% of the proxy's CPU under load; mimalloc
+/// is markedly cheaper for the many small, short-lived request allocations.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A reverse-proxy API gateway with exact, distributed rate limits.
 #[derive(Parser, Debug)]
 #[command(name = "sluice", version)]

@@ -9,11 +9,14 @@
 //! again for a back-off (100 ms doubling to 2 s): decisions follow `on_error`
 //! at once meanwhile, so a dead Redis costs no latency.
 //!
-//! Concurrent decisions are coalesced: each request queues its `EVALSHA`, and
-//! one flush task per batch — which first yields once, so that every request
-//! made ready by the same I/O event gets to queue — sends the whole queue as
-//! one pipeline (one write, one read). Each `EVALSHA` is still its own atomic
-//! script, so exactness is untouched; only syscalls and TCP segments are saved.
+//! Concurrent decisions are coalesced ("smart batching"): a request whose
+//! Redis connection is idle is sent at once; while a pipeline is in flight,
+//! later requests queue, and the next pipeline carries all of them (one write,
+//! one read). At low load this adds no latency; under load batches grow with
+//! the round trip. Each `EVALSHA` is still its own atomic script, so exactness
+//! is untouched; only syscalls and TCP segments are saved. A queued request
+//! whose caller has given up (budget exceeded) is never sent, so it cannot
+//! consume a unit after its client was answered by `on_error`.
 
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
@@ -52,8 +55,15 @@ pub struct RedisLimiter {
     epoch: Instant,
     member_prefix: String,
     sequence: AtomicU64,
-    queue: std::sync::Mutex<Vec<Queued>>,
+    queue: std::sync::Mutex<Queue>,
     metrics: RedisMetrics,
+}
+
+/// Decisions waiting to be sent, and whether a flush loop is running.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Queued>,
+    flushing: bool,
 }
 
 /// One decision waiting for the next flush.
@@ -81,7 +91,7 @@ impl RedisLimiter {
             epoch: Instant::now(),
             member_prefix: instance_id(),
             sequence: AtomicU64::new(0),
-            queue: std::sync::Mutex::new(Vec::new()),
+            queue: std::sync::Mutex::new(Queue::default()),
             metrics,
         })
     }
@@ -200,25 +210,42 @@ impl RedisLimiter {
                 .arg(check.cost);
         }
         let (reply, receive) = oneshot::channel();
-        let first = {
+        let start_flushing = {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.push(Queued { command, reply });
-            queue.len() == 1
+            queue.pending.push(Queued { command, reply });
+            !std::mem::replace(&mut queue.flushing, true)
         };
-        if first {
+        if start_flushing {
             let this = Arc::clone(self);
-            tokio::spawn(async move { this.flush(conn).await });
+            tokio::spawn(async move { this.flush_loop(conn).await });
         }
         receive
             .await
             .unwrap_or_else(|_| Err(LimiterError::Io("connection closed".into())))
     }
 
-    /// Sends every queued decision as one pipeline and hands out the replies.
-    async fn flush(self: Arc<Self>, mut conn: MultiplexedConnection) {
-        // Let the other requests woken by the same I/O event queue theirs first.
-        tokio::task::yield_now().await;
-        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+    /// Sends queued decisions, one pipeline at a time, until the queue is empty.
+    async fn flush_loop(self: Arc<Self>, mut conn: MultiplexedConnection) {
+        loop {
+            let batch = {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                if queue.pending.is_empty() {
+                    queue.flushing = false;
+                    return;
+                }
+                std::mem::take(&mut queue.pending)
+            };
+            if let Some(current) = self.current() {
+                conn = current;
+            }
+            self.send_batch(&mut conn, batch).await;
+        }
+    }
+
+    /// Sends one batch as a pipeline and hands out the replies.
+    async fn send_batch(&self, conn: &mut MultiplexedConnection, mut batch: Vec<Queued>) {
+        // Callers that gave up must not consume quota after the fact.
+        batch.retain(|queued| !queued.reply.is_closed());
         if batch.is_empty() {
             return;
         }
@@ -229,7 +256,7 @@ impl RedisLimiter {
             pipe.add_command(queued.command);
             replies.push(queued.reply);
         }
-        let mut results = self.run(&mut conn, &pipe).await;
+        let mut results = self.run(conn, &pipe).await;
         // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
         // and run again only the decisions that did not execute.
         let lost: Vec<usize> = match &results {
@@ -249,8 +276,8 @@ impl RedisLimiter {
             for &i in &lost {
                 retry.add_command(commands[i].clone());
             }
-            let reloaded = match self.script.load_async(&mut conn).await {
-                Ok(_) => self.run(&mut conn, &retry).await,
+            let reloaded = match self.script.load_async(conn).await {
+                Ok(_) => self.run(conn, &retry).await,
                 Err(e) => Err(self.classify(e)),
             };
             results = match (results, reloaded) {
