@@ -33,7 +33,7 @@ trap cleanup EXIT
 
 REDIS_PORT=$(free_port); UP_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null & PIDS+=($!)
-"$UPSTREAM_BIN" "127.0.0.1:$UP_PORT" "$THREADS" >/dev/null 2>&1 & PIDS+=($!)
+"$UPSTREAM_BIN" "127.0.0.1:$UP_PORT" "$THREADS" >/dev/null 2>&1 & PIDS+=($!); UP_PID=$!
 wait_port "$REDIS_PORT"; wait_port "$UP_PORT"
 
 start_sluice() { # name, limits-yaml; sets STARTED_PORT
@@ -52,32 +52,41 @@ routes:
 $2
 YAML
   RUST_LOG=warn "$BIN" --config "$WORK/$1.yaml" >/dev/null 2>"$WORK/$1.log" & PIDS+=($!)
+  STARTED_PID=$!
   wait_port "$port"
   STARTED_PORT=$port
 }
-start_sluice nolimit "    limits: []"; NOLIMIT_PORT=$STARTED_PORT
+start_sluice nolimit "    limits: []"; NOLIMIT_PORT=$STARTED_PORT; NOLIMIT_PID=$STARTED_PID
 start_sluice redis "    limits:
-      - { name: per-key, key: [{header: X-Key}], limit: 1000, window: 1m }"; REDIS_LIMIT_PORT=$STARTED_PORT
+      - { name: per-key, key: [{header: X-Key}], limit: 1000, window: 1m }"; REDIS_LIMIT_PORT=$STARTED_PORT; REDIS_LIMIT_PID=$STARTED_PID
 
 declare -A TARGET=([upstream]=$UP_PORT [nolimit]=$NOLIMIT_PORT [redis]=$REDIS_LIMIT_PORT)
+declare -A SERVER_PID=([upstream]=$UP_PID [nolimit]=$NOLIMIT_PID [redis]=$REDIS_LIMIT_PID)
+# CPU time (user + system, in clock ticks) the serving process has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICKS_PER_SECOND=$(getconf CLK_TCK)
 CASES=(upstream nolimit redis)
 for case in "${CASES[@]}"; do  # warm-up: connections, pools, script cache
   wrk -t1 -c"$CONNECTIONS" -d1s -s benches/random_key.lua "http://127.0.0.1:${TARGET[$case]}/bench" >/dev/null
 done
 for round in $(seq "$ROUNDS"); do
   for case in "${CASES[@]}"; do
+    before=$(cpu_ticks "${SERVER_PID[$case]}")
     line=$(wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" -s benches/random_key.lua \
       "http://127.0.0.1:${TARGET[$case]}/bench" | grep '^RESULT')
+    after=$(cpu_ticks "${SERVER_PID[$case]}")
+    line="$line cpu_s=$(awk -v t=$((after - before)) -v hz="$TICKS_PER_SECOND" 'BEGIN {printf "%.3f", t / hz}')"
     echo "round $round $case $line" >&2
     echo "$case $line" >> "$WORK/results"
   done
 done
 
+evalsha=$(redis-cli -p "$REDIS_PORT" info commandstats | grep '^cmdstat_evalsha:' | tr -d '\r' || true)
 denied=$(grep -h 'decision="deny"' <(curl -s "http://127.0.0.1:$(grep -o 'admin: "127.0.0.1:[0-9]*' "$WORK/redis.yaml" | cut -d: -f3)/metrics") | awk '{s+=$2} END {print s+0}')
 echo
 echo "sluice load benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, wrk -t1 -c$CONNECTIONS, ${SECONDS_PER_RUN}s × $ROUNDS interleaved rounds, $THREADS worker thread(s)"
 echo
-python3 - "$WORK/results" "$denied" <<'PY'
+python3 - "$WORK/results" "$denied" "$evalsha" "$SECONDS_PER_RUN" <<'PY'
 import sys, statistics, re
 rows = {}
 for line in open(sys.argv[1]):
@@ -86,10 +95,23 @@ for line in open(sys.argv[1]):
     rows.setdefault(case, []).append({k: float(v) for k, v in vals.items()})
 def med(case, k): return statistics.median(r[k] for r in rows[case])
 base = med("nolimit", "rps")
-print("| case | req/s (median) | min–max | p50 ms | p99 ms | ratio to nolimit | errors |")
-print("|---|---|---|---|---|---|---|")
+# CPU µs the serving process spent per request (more robust than req/s on a
+# shared machine: it does not depend on how much CPU the other processes got).
+secs = float(sys.argv[4])
+for case in rows:
+    for r in rows[case]:
+        r["cpu_us"] = r["cpu_s"] * 1e6 / max(r["rps"] * secs, 1)
+print("| case | req/s (median) | min–max | p50 ms | p99 ms | ratio to nolimit | server CPU µs/request | errors |")
+print("|---|---|---|---|---|---|---|---|")
 for case, label in [("upstream", "upstream alone"), ("nolimit", "sluice, no limits"), ("redis", "sluice, sliding_log on Redis")]:
     rps = [r["rps"] for r in rows[case]]
-    print(f"| {label} | {med(case,'rps'):.0f} | {min(rps):.0f}–{max(rps):.0f} | {med(case,'p50_ms'):.2f} | {med(case,'p99_ms'):.2f} | {med(case,'rps')/base:.2f}× | {sum(r['errors'] for r in rows[case]):.0f} |")
+    print(f"| {label} | {med(case,'rps'):.0f} | {min(rps):.0f}–{max(rps):.0f} | {med(case,'p50_ms'):.2f} | {med(case,'p99_ms'):.2f} | {med(case,'rps')/base:.2f}× | {med(case,'cpu_us'):.1f} | {sum(r['errors'] for r in rows[case]):.0f} |")
 print(f"\nRequests denied by the Redis limit during the run: {sys.argv[2]} (expected 0).")
+stats = dict(re.findall(r'(\w+)=([\d.]+)', sys.argv[3]))
+if stats:
+    # Requests sent to the Redis case during measured rounds (warm-up excluded).
+    measured = sum(r["rps"] for r in rows["redis"]) * float(sys.argv[4])
+    print(f"Redis: {float(stats['usec_per_call']):.1f} µs of Redis time per EVALSHA; "
+          f"{int(stats['calls'])} EVALSHA calls for ≈{measured:.0f} measured requests plus warm-up "
+          f"(one call per decision).")
 PY

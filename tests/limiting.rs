@@ -10,7 +10,7 @@ fn config(redis: &RedisServer, upstream: &Upstream, limit: u64, window: &str) ->
     format!(
         r#"
 limiter:
-  redis: {{ url: "{url}", timeout: 500ms }}
+  redis: {{ url: "{url}", timeout: 2s }}
   on_error: deny
 upstreams:
   api: {{ servers: ["{upstream}"] }}

@@ -6,9 +6,10 @@ use common::*;
 use std::time::Duration;
 
 /// The decision budget these tests configure, and the slack allowed on top of
-/// it for the HTTP exchange on a loaded machine.
+/// it for a whole HTTP exchange on a loaded 2-core machine. What this catches is
+/// waiting on Redis itself: a reconnect loop or a paused server costs seconds.
 const BUDGET: Duration = Duration::from_millis(100);
-const SLACK: Duration = Duration::from_millis(400);
+const SLACK: Duration = Duration::from_millis(900);
 
 fn config(redis_url: &str, on_error: &str, upstream: &Upstream) -> String {
     format!(

@@ -284,3 +284,46 @@ fn sigint_stops_fast_and_sigterm_within_the_grace_period() {
     assert!(took < Duration::from_secs(8), "SIGTERM took {took:?}");
     assert!(graceful.log().contains("graceful"), "{}", graceful.log());
 }
+
+#[test]
+fn local_backend_limits_without_redis_and_honours_response_settings() {
+    let sluice = Sluice::start(
+        r#"
+limiter:
+  backend: local
+response:
+  status: 403
+  headers: none
+routes:
+  - name: hello
+    match: { path: /hello, methods: [GET] }
+    respond: { status: 201, body: "made" }
+    limits:
+      - name: per-ip
+        key: [ip]
+        limit: 2
+        window: 1m
+"#,
+    );
+    let responses: Vec<Response> = (0..3).map(|_| sluice.get("/hello", &[])).collect();
+    assert_eq!(
+        responses.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [201, 201, 403]
+    );
+    assert_eq!(responses[0].body, "made");
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.header("x-ratelimit-limit").is_none()),
+        "headers: none"
+    );
+    assert!(
+        responses[2].header("retry-after").is_some(),
+        "Retry-After is always sent on denial"
+    );
+    assert_eq!(sluice.decisions("hello", "per-ip", "allow", "local"), 2);
+    assert_eq!(sluice.decisions("hello", "per-ip", "deny", "local"), 1);
+    // Method mismatch: no route.
+    assert_eq!(request(sluice.addr, "POST", "/hello", &[]).status, 404);
+    assert_eq!(get(sluice.admin, "/readyz", &[]).status, 200);
+}

@@ -8,7 +8,8 @@
 //! drops keys whose log has emptied, then (still full) forgets about a tenth of
 //! its keys — those keys restart from zero, which errs on the side of admitting.
 
-use super::{Decision, LimitCheck};
+use super::{Decision, LimitCheck, Limiter, LimiterError};
+use async_trait::async_trait;
 use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -177,6 +178,14 @@ impl<C: Clock> LocalLimiter<C> {
                 }
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl<C: Clock> Limiter for LocalLimiter<C> {
+    /// Never fails and never waits.
+    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        Ok(self.decide(checks))
     }
 }
 
