@@ -5,7 +5,7 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::listening::Service;
 use sluice::admin::AdminApp;
-use sluice::config::{Backend, Config, RouteAction};
+use sluice::config::{format_duration, Backend, Config, RouteAction};
 use sluice::limiter::Decider;
 use sluice::metrics::Metrics;
 use sluice::proxy::Gateway;
@@ -137,10 +137,10 @@ fn print_summary(path: &std::path::Path, config: &Config) {
     );
     match config.limiter.backend {
         Backend::Redis => println!(
-            "  limiter redis {} (timeout {:?}, on_error {:?})",
+            "  limiter redis {} (timeout {}, on_error {})",
             redact(&config.limiter.redis.url),
-            config.limiter.redis.timeout,
-            config.limiter.on_error
+            format_duration(config.limiter.redis.timeout),
+            config.limiter.on_error.name()
         ),
         Backend::Local => println!("  limiter local (this instance only)"),
     }
@@ -152,8 +152,11 @@ fn print_summary(path: &std::path::Path, config: &Config) {
         println!("  route {} {target}", route.name);
         for limit in &route.limits {
             println!(
-                "    limit {}: {} per {:?} ({:?})",
-                limit.name, limit.limit, limit.window, limit.algorithm
+                "    limit {}: {} per {} ({})",
+                limit.name,
+                limit.limit,
+                format_duration(limit.window),
+                limit.algorithm.name()
             );
         }
     }

@@ -211,6 +211,43 @@ pub enum Algorithm {
     SlidingLog,
 }
 
+impl Algorithm {
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+}
+
+impl OnError {
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnError::Allow => "allow",
+            OnError::Deny => "deny",
+            OnError::Local => "local",
+        }
+    }
+}
+
+/// Formats a duration the way the file writes it (`250ms`, `10s`, `1m`, `1h`).
+pub fn format_duration(d: Duration) -> String {
+    let us = d.as_micros();
+    for (unit, size) in [
+        ("d", 86_400_000_000u128),
+        ("h", 3_600_000_000),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+    ] {
+        if us >= size && us % size == 0 {
+            return format!("{}{unit}", us / size);
+        }
+    }
+    format!("{us}us")
+}
+
 /// What to do when a key part is absent from a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnMissing {
@@ -325,11 +362,6 @@ impl Config {
         };
         let index = position::PositionIndex::build(&expanded);
         validate::validate(parsed, &index).map_err(fail)
-    }
-
-    /// Index of the upstream named `name`.
-    pub fn upstream_index(&self, name: &str) -> Option<usize> {
-        self.upstreams.iter().position(|u| u.name == name)
     }
 }
 

@@ -158,3 +158,12 @@ fn bad_values_are_rejected() {
         assert!(err.starts_with("test.yaml:"), "{text}: {err}");
     }
 }
+
+#[test]
+fn durations_format_as_written() {
+    assert_eq!(format_duration(Duration::from_secs(10)), "10s");
+    assert_eq!(format_duration(Duration::from_secs(60)), "1m");
+    assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    assert_eq!(format_duration(Duration::from_micros(7)), "7us");
+}
