@@ -124,11 +124,11 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
 fn print_summary(path: &std::path::Path, config: &Config) {
     let limits: usize = config.routes.iter().map(|r| r.limits.len()).sum();
     println!(
-        "{}: OK — {} routes, {} limits, {} upstreams",
+        "{}: OK — {}, {}, {}",
         path.display(),
-        config.routes.len(),
-        limits,
-        config.upstreams.len()
+        count(config.routes.len(), "route"),
+        count(limits, "limit"),
+        count(config.upstreams.len(), "upstream")
     );
     println!(
         "  listen {} · admin {}",
@@ -159,6 +159,14 @@ fn print_summary(path: &std::path::Path, config: &Config) {
                 limit.algorithm.name()
             );
         }
+    }
+}
+
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 

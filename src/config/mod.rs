@@ -241,7 +241,7 @@ pub fn format_duration(d: Duration) -> String {
         ("s", 1_000_000),
         ("ms", 1_000),
     ] {
-        if us >= size && us % size == 0 {
+        if us >= size && us.is_multiple_of(size) {
             return format!("{}{unit}", us / size);
         }
     }
