@@ -161,4 +161,15 @@ fn paused_redis_costs_at_most_the_budget() {
             "sluice_redis_errors_total{kind=\"timeout\"} "
         ) >= 1
     );
+
+    // Once the pause ends, decisions come from Redis again by themselves.
+    let from_redis = sluice.decisions("login", "per-user", "allow", "redis");
+    wait_until(
+        Duration::from_secs(15),
+        "decisions to come from Redis after the pause",
+        || {
+            sluice.get("/login", &[("X-User", "carol")]);
+            sluice.decisions("login", "per-user", "allow", "redis") > from_redis
+        },
+    );
 }

@@ -310,12 +310,18 @@ impl RedisLimiter {
         }
     }
 
+    /// Runs `pipe`, giving up after the decision budget: every request in it
+    /// has already been answered by `on_error` by then, and the flush loop
+    /// must not be held up for the requests queued behind it.
     async fn run(
         &self,
         conn: &mut MultiplexedConnection,
         pipe: &redis::Pipeline,
     ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
-        pipe.query_async(conn).await.map_err(|e| self.classify(e))
+        match tokio::time::timeout(self.budget, pipe.query_async(conn)).await {
+            Ok(result) => result.map_err(|e| self.classify(e)),
+            Err(_) => Err(LimiterError::Timeout(self.budget)),
+        }
     }
 
     fn classify(&self, error: redis::RedisError) -> LimiterError {
