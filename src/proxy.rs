@@ -158,7 +158,7 @@ impl Gateway {
     fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) {
         let admitted = outcome.admitted();
         match outcome.source {
-            Source::Redis | Source::Local => {
+            Source::Redis | Source::DenyCache | Source::Local => {
                 for ((i, _), decision) in keys.iter().zip(&outcome.decisions) {
                     // A denied request is counted against the limits that denied it;
                     // the others neither admitted it nor consumed anything.

@@ -250,3 +250,68 @@ fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
         1
     );
 }
+
+/// EVALSHA calls Redis executed (the first one of a fresh server fails with
+/// NOSCRIPT and is retried after SCRIPT LOAD; failed calls are not counted).
+fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.connection())
+        .unwrap();
+    let Some(line) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+    else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls") - field("failed_calls") - field("rejected_calls")
+}
+
+#[test]
+fn deny_cache_spares_redis_during_a_flood_and_expires_on_time() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 10, "3s"));
+    let addr = sluice.addr;
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.extend(concurrent(25, move |_| {
+            get(addr, "/sms/x", &[("X-User", "user_1001")])
+        }));
+    }
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 490);
+    let calls = evalsha_calls(&redis);
+    // 10 admissions, then the first denials of requests already in flight;
+    // everything after that is answered in process.
+    assert!(calls <= 10 + 60, "Redis saw {calls} calls for 500 requests");
+    assert!(sluice.decisions("sms-send", "per-user", "deny", "deny_cache") >= 400);
+
+    // The cached denial ends when Redis's window frees a unit: then the key is
+    // asked again and admitted.
+    wait_until(Duration::from_secs(10), "the window to free a unit", || {
+        sluice.get("/sms/x", &[("X-User", "user_1001")]).status == 200
+    });
+    assert!(evalsha_calls(&redis) > calls);
+}
+
+#[test]
+fn deny_cache_can_be_switched_off() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let body = config(&redis, &upstream, 1, "1m")
+        .replace("  on_error: deny", "  on_error: deny\n  deny_cache: false");
+    let sluice = Sluice::start(&body);
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| sluice.get("/sms/x", &[("X-User", "u")]).status)
+        .collect();
+    assert_eq!(statuses, [200, 429, 429, 429]);
+    assert_eq!(sluice.decisions("sms-send", "per-user", "deny", "redis"), 3);
+    assert_eq!(evalsha_calls(&redis), 4);
+}

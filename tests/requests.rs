@@ -143,7 +143,12 @@ fn metrics_count_decisions_and_never_show_keys() {
 
     let metrics = sluice.metrics();
     assert_eq!(sluice.decisions("hello", "per-key", "allow", "redis"), 3);
-    assert_eq!(sluice.decisions("hello", "per-key", "deny", "redis"), 2);
+    // The first denial comes from Redis, the second from the deny cache.
+    assert_eq!(sluice.decisions("hello", "per-key", "deny", "redis"), 1);
+    assert_eq!(
+        sluice.decisions("hello", "per-key", "deny", "deny_cache"),
+        1
+    );
     assert_eq!(
         metric_value(
             &metrics,
@@ -167,7 +172,8 @@ fn metrics_count_decisions_and_never_show_keys() {
     );
     assert_eq!(
         metric_value(&metrics, "sluice_redis_duration_seconds_count "),
-        5
+        4,
+        "3 admitted + 1 denied asked Redis; the cached denial did not"
     );
     assert!(metrics.contains("sluice_redis_up 1"));
     assert!(metrics.contains("sluice_request_duration_seconds_bucket{route=\"hello\""));

@@ -99,6 +99,8 @@ pub struct LimiterConfig {
     pub redis: RedisConfig,
     /// Failure policy.
     pub on_error: OnError,
+    /// Remember denials until their retry time (DESIGN §4).
+    pub deny_cache: bool,
     /// Most keys the in-process limiter holds.
     pub local_max_keys: usize,
 }

@@ -254,12 +254,6 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
             "`key_prefix` must be at most 64 bytes and contain no `{` or `}` (they would change Redis Cluster slots)",
         );
     }
-    if f.deny_cache == Some(true) {
-        c.problem(
-            "limiter.deny_cache",
-            format!("the deny cache (`deny_cache: true`) {NOT_YET}"),
-        );
-    }
     c.not_supported(
         "limiter.local.share",
         &f.local.share,
@@ -282,6 +276,7 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
             key_prefix,
         },
         on_error,
+        deny_cache: f.deny_cache.unwrap_or(true),
         local_max_keys,
     }
 }

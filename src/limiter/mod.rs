@@ -5,6 +5,7 @@
 //! [`Decider`] puts a primary limiter (Redis or in-process) together with the
 //! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
 
+pub mod deny_cache;
 pub mod local;
 pub mod redis;
 
@@ -12,7 +13,7 @@ use crate::config::{Backend, LimiterConfig, OnError};
 use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One limit to check for one request.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,8 @@ pub trait Limiter: Send + Sync {
 pub enum Source {
     /// Redis answered.
     Redis,
+    /// A remembered denial answered, without asking Redis.
+    DenyCache,
     /// The in-process limiter answered (`backend: local`, or `on_error: local`).
     Local,
     /// Redis failed and `on_error: allow` admitted.
@@ -94,8 +97,9 @@ pub enum Source {
 
 impl Source {
     /// Every source, in label order.
-    pub const ALL: [Source; 4] = [
+    pub const ALL: [Source; 5] = [
         Source::Redis,
+        Source::DenyCache,
         Source::Local,
         Source::FailOpen,
         Source::FailClosed,
@@ -105,6 +109,7 @@ impl Source {
     pub fn label(self) -> &'static str {
         match self {
             Source::Redis => "redis",
+            Source::DenyCache => "deny_cache",
             Source::Local => "local",
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
@@ -127,7 +132,9 @@ impl Outcome {
         match self.source {
             Source::FailOpen => true,
             Source::FailClosed => false,
-            Source::Redis | Source::Local => self.decisions.iter().all(|d| d.allowed),
+            Source::Redis | Source::DenyCache | Source::Local => {
+                self.decisions.iter().all(|d| d.allowed)
+            }
         }
     }
 
@@ -146,6 +153,7 @@ impl Outcome {
 pub struct Decider {
     redis: Option<Arc<redis::RedisLimiter>>,
     local: local::LocalLimiter,
+    deny_cache: Option<deny_cache::DenyCache>,
     on_error: OnError,
 }
 
@@ -160,13 +168,35 @@ impl Decider {
         Ok(Self {
             redis,
             local: local::LocalLimiter::new(config.local_max_keys),
+            deny_cache: config
+                .deny_cache
+                .then(|| deny_cache::DenyCache::new(config.local_max_keys)),
             on_error: config.on_error,
         })
     }
 
     /// Decides `checks`. Never fails: a Redis failure becomes the `on_error`
-    /// outcome. Bounded in time by the Redis timeout budget.
+    /// outcome. Bounded in time by the Redis timeout budget; answered without
+    /// any I/O when the deny cache holds one of the keys.
     pub async fn decide(&self, checks: &[LimitCheck<'_>]) -> Outcome {
+        if let Some(cache) = &self.deny_cache {
+            if let Some(decisions) = cache.lookup(checks, Instant::now()) {
+                return Outcome {
+                    source: Source::DenyCache,
+                    decisions,
+                };
+            }
+        }
+        let outcome = self.decide_uncached(checks).await;
+        if let Some(cache) = &self.deny_cache {
+            if !outcome.admitted() {
+                cache.remember(checks, &outcome.decisions, Instant::now());
+            }
+        }
+        outcome
+    }
+
+    async fn decide_uncached(&self, checks: &[LimitCheck<'_>]) -> Outcome {
         let Some(redis) = &self.redis else {
             return Outcome {
                 source: Source::Local,

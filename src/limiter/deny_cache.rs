@@ -1,0 +1,174 @@
+//! The deny cache (DESIGN §4): a denial with `retry_after = r` is remembered
+//! in process until `receipt + r`; until then that key is denied without
+//! asking Redis.
+//!
+//! For `sliding_log` this never denies a request that Redis would have
+//! admitted, except by at most one round trip: Redis computed `r` as the time
+//! until the entry that blocks this request leaves the window, nothing but
+//! time frees units, and every request to one limit has the same cost. Under a
+//! flood on one key Redis then sees about one call per freed unit, not one per
+//! request. Memory is bounded: when full, expired entries are dropped, and if
+//! none expired a new denial is simply not remembered (the cache only ever
+//! saves work; forgetting is always safe).
+
+use super::{Decision, LimitCheck};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const SHARDS: usize = 16;
+
+type Shard = HashMap<String, Instant>;
+
+/// Keys denied until a known instant.
+pub struct DenyCache {
+    shards: Vec<Mutex<Shard>>,
+    shard_capacity: usize,
+}
+
+impl DenyCache {
+    /// A cache holding at most about `max_keys` keys.
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shard_capacity: max_keys.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    /// If any check's key is denied past `now`, the decisions to answer with:
+    /// the cached keys deny with their remaining wait; the others are reported
+    /// as admitting (they were not asked, and nothing is consumed).
+    pub fn lookup(&self, checks: &[LimitCheck<'_>], now: Instant) -> Option<Vec<Decision>> {
+        let mut decisions: Option<Vec<Decision>> = None;
+        for (i, check) in checks.iter().enumerate() {
+            let Some(wait) = self.denied_for(check.key, now) else {
+                continue;
+            };
+            let all = decisions.get_or_insert_with(|| {
+                checks
+                    .iter()
+                    .map(|c| Decision {
+                        allowed: true,
+                        remaining: c.limit,
+                        reset: Duration::ZERO,
+                        retry_after: Duration::ZERO,
+                    })
+                    .collect()
+            });
+            all[i] = Decision {
+                allowed: false,
+                remaining: 0,
+                reset: wait,
+                retry_after: wait,
+            };
+        }
+        decisions
+    }
+
+    /// Remembers every denying decision of `checks` until `now + retry_after`.
+    pub fn remember(&self, checks: &[LimitCheck<'_>], decisions: &[Decision], now: Instant) {
+        for (check, decision) in checks.iter().zip(decisions) {
+            if decision.allowed || decision.retry_after.is_zero() {
+                continue;
+            }
+            let mut shard = self.shard(check.key);
+            if shard.len() >= self.shard_capacity && !shard.contains_key(check.key) {
+                shard.retain(|_, until| *until > now);
+                if shard.len() >= self.shard_capacity {
+                    continue;
+                }
+            }
+            shard.insert(check.key.to_string(), now + decision.retry_after);
+        }
+    }
+
+    fn denied_for(&self, key: &str, now: Instant) -> Option<Duration> {
+        let mut shard = self.shard(key);
+        let until = *shard.get(key)?;
+        if until > now {
+            Some(until - now)
+        } else {
+            shard.remove(key);
+            None
+        }
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
+        // An entry is a plain (key, instant) pair: a panic elsewhere cannot
+        // leave it half-written, so poisoning is ignored.
+        shard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(key: &str) -> LimitCheck<'_> {
+        LimitCheck {
+            key,
+            limit: 5,
+            window: Duration::from_secs(10),
+            cost: 1,
+        }
+    }
+
+    fn denied(retry_ms: u64) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            reset: Duration::from_millis(retry_ms),
+            retry_after: Duration::from_millis(retry_ms),
+        }
+    }
+
+    #[test]
+    fn denies_until_the_exact_retry_time() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        cache.remember(&[check("a")], &[denied(1500)], t0);
+        let hit = cache
+            .lookup(&[check("a")], t0 + Duration::from_millis(500))
+            .unwrap();
+        assert!(!hit[0].allowed);
+        assert_eq!(hit[0].retry_after, Duration::from_millis(1000));
+        assert!(cache
+            .lookup(&[check("a")], t0 + Duration::from_millis(1500))
+            .is_none());
+        assert!(cache.lookup(&[check("b")], t0).is_none());
+    }
+
+    #[test]
+    fn one_cached_key_denies_a_multi_limit_request() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        cache.remember(&[check("ip")], &[denied(1000)], t0);
+        let hit = cache.lookup(&[check("user"), check("ip")], t0).unwrap();
+        assert!(hit[0].allowed && !hit[1].allowed);
+    }
+
+    #[test]
+    fn admitted_decisions_are_not_remembered_and_size_is_bounded() {
+        let cache = DenyCache::new(16);
+        let t0 = Instant::now();
+        let allowed = Decision {
+            allowed: true,
+            remaining: 3,
+            reset: Duration::ZERO,
+            retry_after: Duration::ZERO,
+        };
+        cache.remember(&[check("x")], &[allowed], t0);
+        assert!(cache.lookup(&[check("x")], t0).is_none());
+        for i in 0..1000 {
+            let key = format!("k{i}");
+            cache.remember(&[check(&key)], &[denied(60_000)], t0);
+        }
+        let held: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert!(held <= 16, "{held}");
+    }
+}
