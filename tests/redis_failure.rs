@@ -59,6 +59,18 @@ fn redis_never_started_allow_fails_open() {
         sluice.decisions("login", "per-user", "allow", "fail_open"),
         6
     );
+    // Three refused connects open the circuit; after that Redis is not even tried.
+    let metrics = sluice.metrics();
+    assert_eq!(
+        metric_value(&metrics, "sluice_redis_errors_total{kind=\"io\"} "),
+        3
+    );
+    assert!(
+        metric_value(
+            &metrics,
+            "sluice_redis_errors_total{kind=\"circuit_open\"} "
+        ) >= 1
+    );
     assert_eq!(
         get(sluice.admin, "/readyz", &[]).status,
         200,
@@ -162,10 +174,17 @@ fn paused_redis_costs_at_most_the_budget() {
     assert_eq!(statuses, [200; 4]);
     assert!(sluice.decisions("login", "per-user", "allow", "fail_open") >= 4);
     assert!(
-        common::metric_value(
+        metric_value(
             &sluice.metrics(),
             "sluice_redis_errors_total{kind=\"timeout\"} "
-        ) >= 1
+        ) >= 3
+    );
+    assert!(
+        metric_value(
+            &sluice.metrics(),
+            "sluice_redis_errors_total{kind=\"circuit_open\"} "
+        ) >= 1,
+        "three timeouts open the circuit; the fourth decision must not wait"
     );
 
     // Once the pause ends, decisions come from Redis again by themselves.

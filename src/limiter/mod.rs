@@ -5,6 +5,7 @@
 //! [`Decider`] puts a primary limiter (Redis or in-process) together with the
 //! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
 
+pub mod circuit;
 pub mod deny_cache;
 pub mod local;
 pub mod redis;
@@ -50,12 +51,16 @@ pub enum LimiterError {
     /// Redis is unreachable (connection refused, reset, closed).
     #[error("redis connection error: {0}")]
     Io(String),
-    /// Redis answered with an error (LOADING, BUSY, OOM, WRONGTYPE, ...) or
-    /// with a reply of the wrong shape.
+    /// Redis answered with an error confined to this decision (WRONGTYPE on
+    /// a clobbered key, a reply of the wrong shape).
     #[error("redis error: {0}")]
     Server(String),
-    /// Redis was found unreachable recently; not called again yet.
-    #[error("redis unavailable (reconnect pending)")]
+    /// Redis answered that it cannot serve (LOADING, BUSY, OOM, READONLY,
+    /// CLUSTERDOWN, …).
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// The circuit breaker is open: Redis was not called.
+    #[error("redis not called: circuit open")]
     CircuitOpen,
 }
 
@@ -65,9 +70,15 @@ impl LimiterError {
         match self {
             LimiterError::Timeout(_) => "timeout",
             LimiterError::Io(_) => "io",
-            LimiterError::Server(_) => "server",
+            LimiterError::Server(_) | LimiterError::Unavailable(_) => "server",
             LimiterError::CircuitOpen => "circuit_open",
         }
+    }
+
+    /// Whether the error says Redis itself is unhealthy (it counts towards
+    /// opening the circuit), rather than one key or one reply being wrong.
+    pub fn is_unhealthy(&self) -> bool {
+        !matches!(self, LimiterError::Server(_) | LimiterError::CircuitOpen)
     }
 }
 

@@ -5,9 +5,9 @@
 //! The connection is made lazily, on first use, inside the runtime that serves
 //! requests (a connection made before Pingora starts its runtimes would die
 //! with the temporary runtime). One background task connects at a time; requests
-//! wait for it within their budget. After a failed connect, Redis is not tried
-//! again for a back-off (100 ms doubling to 2 s): decisions follow `on_error`
-//! at once meanwhile, so a dead Redis costs no latency.
+//! wait for it within their budget. Failures feed the [`CircuitBreaker`]: once
+//! it opens, Redis is not called (nor connected to) until its probe, so a dead
+//! Redis costs no latency; the connection is replaced when the circuit opens.
 //!
 //! Concurrent decisions are coalesced ("smart batching"): a request whose
 //! Redis connection is idle is sent at once; while a pipeline is in flight,
@@ -18,13 +18,14 @@
 //! whose caller has given up (budget exceeded) is never sent, so it cannot
 //! consume a unit after its client was answered by `on_error`.
 
+use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
 use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
@@ -34,10 +35,6 @@ pub const SLIDING_LOG_SCRIPT: &str = include_str!("sliding_log.lua");
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Consecutive timeouts after which the connection is presumed dead and replaced.
-const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
 
 /// Redis-backed limiter, shared by all request tasks.
 pub struct RedisLimiter {
@@ -47,12 +44,7 @@ pub struct RedisLimiter {
     connection: RwLock<Option<MultiplexedConnection>>,
     connecting: AtomicBool,
     connect_done: Notify,
-    /// Microseconds since `epoch` before which no connect is attempted.
-    retry_connect_at: AtomicU64,
-    failed_connects: AtomicU32,
-    consecutive_timeouts: AtomicU32,
-    healthy: AtomicBool,
-    epoch: Instant,
+    circuit: CircuitBreaker,
     member_prefix: String,
     sequence: AtomicU64,
     queue: std::sync::Mutex<Queue>,
@@ -84,11 +76,7 @@ impl RedisLimiter {
             connection: RwLock::new(None),
             connecting: AtomicBool::new(false),
             connect_done: Notify::new(),
-            retry_connect_at: AtomicU64::new(0),
-            failed_connects: AtomicU32::new(0),
-            consecutive_timeouts: AtomicU32::new(0),
-            healthy: AtomicBool::new(true),
-            epoch: Instant::now(),
+            circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
             member_prefix: instance_id(),
             sequence: AtomicU64::new(0),
             queue: std::sync::Mutex::new(Queue::default()),
@@ -96,13 +84,9 @@ impl RedisLimiter {
         })
     }
 
-    /// False once Redis has been found unreachable, until a call succeeds again.
+    /// False while the circuit is open (Redis found unhealthy, not called).
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
-    }
-
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        !self.circuit.is_open()
     }
 
     fn current(&self) -> Option<MultiplexedConnection> {
@@ -126,9 +110,6 @@ impl RedisLimiter {
         notified.as_mut().enable();
         if let Some(conn) = self.current() {
             return Ok(conn);
-        }
-        if self.now_us() < self.retry_connect_at.load(Ordering::Relaxed) {
-            return Err(LimiterError::CircuitOpen);
         }
         if !self.connecting.swap(true, Ordering::AcqRel) {
             let this = Arc::clone(self);
@@ -156,39 +137,12 @@ impl RedisLimiter {
             Ok(Ok(conn)) => {
                 log::info!("connected to Redis");
                 *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
-                self.failed_connects.store(0, Ordering::Relaxed);
-                self.consecutive_timeouts.store(0, Ordering::Relaxed);
             }
-            failure => {
-                let failures = self.failed_connects.fetch_add(1, Ordering::Relaxed);
-                let backoff = BACKOFF_MIN
-                    .saturating_mul(1 << failures.min(5))
-                    .min(BACKOFF_MAX);
-                let reason = match failure {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {CONNECT_TIMEOUT:?}"),
-                };
-                if failures == 0 {
-                    log::warn!("cannot connect to Redis: {reason}; retrying in {backoff:?}, on_error applies meanwhile");
-                } else {
-                    log::debug!("cannot connect to Redis: {reason}; retrying in {backoff:?}");
-                }
-                self.mark_down();
-                self.retry_connect_at.store(
-                    self.now_us() + backoff.as_micros() as u64,
-                    Ordering::Relaxed,
-                );
-            }
+            Ok(Err(e)) => log::debug!("cannot connect to Redis: {e}"),
+            Err(_) => log::debug!("cannot connect to Redis: no answer within {CONNECT_TIMEOUT:?}"),
         }
         self.connecting.store(false, Ordering::Release);
         self.connect_done.notify_waiters();
-    }
-
-    fn mark_down(&self) {
-        if self.healthy.swap(false, Ordering::Relaxed) {
-            log::warn!("Redis marked unavailable");
-        }
-        self.metrics.up.set(0);
     }
 
     async fn evaluate(
@@ -330,50 +284,72 @@ impl RedisLimiter {
             LimiterError::Io(error.to_string())
         } else if error.is_timeout() {
             LimiterError::Timeout(self.budget)
+        } else if error
+            .code()
+            .is_some_and(|code| UNHEALTHY_CODES.contains(&code))
+        {
+            LimiterError::Unavailable(error.to_string())
         } else {
             LimiterError::Server(error.to_string())
         }
     }
 
-    fn record_failure(&self, error: &LimiterError) {
-        self.metrics.errors.with_label_values(&[error.kind()]).inc();
-        match error {
-            LimiterError::Timeout(_) => {
-                let n = self.consecutive_timeouts.fetch_add(1, Ordering::Relaxed) + 1;
-                if n >= TIMEOUTS_BEFORE_RECONNECT {
-                    log::warn!("{n} consecutive Redis timeouts: reconnecting");
-                    self.consecutive_timeouts.store(0, Ordering::Relaxed);
-                    self.drop_connection();
-                    self.mark_down();
+    /// Records the outcome of one call in the metrics and the circuit breaker.
+    fn record(&self, result: &Result<Vec<Decision>, LimiterError>, started: Instant) {
+        match result {
+            Ok(_) => {
+                self.metrics
+                    .duration
+                    .observe(started.elapsed().as_secs_f64());
+                self.metrics.up.set(1);
+                if self.circuit.on_success() == Transition::Closed {
+                    log::info!("Redis answers again: circuit closed, decisions come from Redis");
                 }
             }
-            LimiterError::Io(_) | LimiterError::CircuitOpen => self.mark_down(),
-            LimiterError::Server(message) => {
-                log::warn!("Redis rate-limit script failed: {message}")
+            Err(e) => {
+                self.metrics.errors.with_label_values(&[e.kind()]).inc();
+                if !e.is_unhealthy() {
+                    log::warn!("rate-limit decision failed for one key: {e}");
+                    return;
+                }
+                if let Transition::Opened(wait) = self.circuit.on_failure(Instant::now()) {
+                    log::warn!(
+                        "Redis unhealthy ({e}): circuit open for {wait:?}, on_error applies"
+                    );
+                    self.metrics.up.set(0);
+                    self.drop_connection();
+                }
             }
         }
     }
 }
 
+/// Server error codes that mean Redis itself cannot serve (not one key's problem).
+const UNHEALTHY_CODES: &[&str] = &[
+    "LOADING",
+    "BUSY",
+    "OOM",
+    "READONLY",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+];
+
 #[async_trait]
 impl Limiter for Arc<RedisLimiter> {
     async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
-        let start = Instant::now();
+        if self.circuit.permit(Instant::now()) == Permit::Reject {
+            let error = LimiterError::CircuitOpen;
+            self.metrics.errors.with_label_values(&[error.kind()]).inc();
+            return Err(error);
+        }
+        let started = Instant::now();
         let result = match tokio::time::timeout(self.budget, self.evaluate(checks)).await {
             Ok(result) => result.and_then(|reply| parse_reply(&reply, checks.len())),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         };
-        match &result {
-            Ok(_) => {
-                self.metrics.duration.observe(start.elapsed().as_secs_f64());
-                self.consecutive_timeouts.store(0, Ordering::Relaxed);
-                if !self.healthy.swap(true, Ordering::Relaxed) {
-                    log::info!("Redis available again");
-                }
-                self.metrics.up.set(1);
-            }
-            Err(e) => self.record_failure(e),
-        }
+        self.record(&result, started);
         result
     }
 }

@@ -1,0 +1,238 @@
+//! The circuit breaker of DESIGN §5.
+//!
+//! Closed: calls go to Redis; 3 consecutive failures open the circuit. Open:
+//! no call is made for the back-off (1 s, doubling to 30 s, ±20 % jitter) and
+//! decisions follow `on_error` at once. When the back-off ends, exactly one
+//! call is let through as a probe: its success closes the circuit (and resets
+//! the back-off), its failure opens it again for twice as long. A probe that
+//! never reports (its request was cancelled) is replaced after `probe_timeout`.
+//!
+//! Only failures that say Redis itself is unhealthy count (timeouts, I/O,
+//! LOADING, BUSY, OOM, READONLY, CLUSTERDOWN …); an error confined to one key
+//! (WRONGTYPE) does not. Time is passed in, so the state machine is tested
+//! with a fake clock.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Consecutive failures that open the circuit.
+pub const FAILURES_TO_OPEN: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What a caller may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit {
+    /// Call Redis (circuit closed).
+    Call,
+    /// Call Redis as the one probe of an open circuit.
+    Probe,
+    /// Do not call Redis: the circuit is open.
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Closed { failures: u32 },
+    Open { until: Instant, backoff: Duration },
+    Probing { since: Instant, backoff: Duration },
+}
+
+/// A thread-safe circuit breaker. The lock is never held across an await.
+#[derive(Debug)]
+pub struct CircuitBreaker {
+    phase: Mutex<Phase>,
+    probe_timeout: Duration,
+}
+
+/// What a state change means, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Nothing changed that a person needs to know.
+    None,
+    /// The circuit opened (or re-opened after a failed probe) for this long.
+    Opened(Duration),
+    /// The circuit closed: Redis answers again.
+    Closed,
+}
+
+impl CircuitBreaker {
+    /// A closed circuit; a probe that has not reported after `probe_timeout`
+    /// is presumed lost.
+    pub fn new(probe_timeout: Duration) -> Self {
+        Self {
+            phase: Mutex::new(Phase::Closed { failures: 0 }),
+            probe_timeout,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
+        // Phase is a plain value, always whole: poisoning cannot corrupt it.
+        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a call may be made at `now`.
+    pub fn permit(&self, now: Instant) -> Permit {
+        let mut phase = self.lock();
+        match *phase {
+            Phase::Closed { .. } => Permit::Call,
+            Phase::Open { until, backoff } if now >= until => {
+                *phase = Phase::Probing {
+                    since: now,
+                    backoff,
+                };
+                Permit::Probe
+            }
+            Phase::Probing { since, backoff } if now >= since + self.probe_timeout => {
+                *phase = Phase::Probing {
+                    since: now,
+                    backoff,
+                };
+                Permit::Probe
+            }
+            Phase::Open { .. } | Phase::Probing { .. } => Permit::Reject,
+        }
+    }
+
+    /// Records a successful call.
+    pub fn on_success(&self) -> Transition {
+        let mut phase = self.lock();
+        let was_closed = matches!(*phase, Phase::Closed { .. });
+        *phase = Phase::Closed { failures: 0 };
+        if was_closed {
+            Transition::None
+        } else {
+            Transition::Closed
+        }
+    }
+
+    /// Records a call that failed because Redis is unhealthy.
+    pub fn on_failure(&self, now: Instant) -> Transition {
+        let mut phase = self.lock();
+        match *phase {
+            Phase::Closed { failures } if failures + 1 >= FAILURES_TO_OPEN => {
+                let wait = jittered(FIRST_BACKOFF);
+                *phase = Phase::Open {
+                    until: now + wait,
+                    backoff: FIRST_BACKOFF,
+                };
+                Transition::Opened(wait)
+            }
+            Phase::Closed { failures } => {
+                *phase = Phase::Closed {
+                    failures: failures + 1,
+                };
+                Transition::None
+            }
+            Phase::Probing { backoff, .. } => {
+                let backoff = (backoff * 2).min(MAX_BACKOFF);
+                let wait = jittered(backoff);
+                *phase = Phase::Open {
+                    until: now + wait,
+                    backoff,
+                };
+                Transition::Opened(wait)
+            }
+            // A call started before the circuit opened: already counted.
+            Phase::Open { .. } => Transition::None,
+        }
+    }
+
+    /// Whether calls are currently refused (open, or waiting on a probe).
+    pub fn is_open(&self) -> bool {
+        !matches!(*self.lock(), Phase::Closed { .. })
+    }
+}
+
+/// `d` ± 20 %, so that many instances do not probe a recovering Redis in step.
+fn jittered(d: Duration) -> Duration {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(d.as_nanos() as u64);
+    let unit = (hasher.finish() % 10_001) as f64 / 10_000.0; // 0.0 ..= 1.0
+    d.mul_f64(0.8 + 0.4 * unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn opens_after_three_failures_and_rejects() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let t0 = Instant::now();
+        assert_eq!(cb.on_failure(t0), Transition::None);
+        assert_eq!(cb.on_failure(t0), Transition::None);
+        assert_eq!(cb.permit(t0), Permit::Call);
+        let Transition::Opened(wait) = cb.on_failure(t0) else {
+            panic!("should open")
+        };
+        assert!(
+            wait >= Duration::from_millis(800) && wait <= Duration::from_millis(1200),
+            "{wait:?}"
+        );
+        assert!(cb.is_open());
+        assert_eq!(cb.permit(t0 + Duration::from_millis(500)), Permit::Reject);
+    }
+
+    #[test]
+    fn a_success_resets_the_failure_count() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let t0 = Instant::now();
+        cb.on_failure(t0);
+        cb.on_failure(t0);
+        assert_eq!(cb.on_success(), Transition::None);
+        cb.on_failure(t0);
+        cb.on_failure(t0);
+        assert!(!cb.is_open());
+    }
+
+    #[test]
+    fn one_probe_closes_or_doubles_the_backoff() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            cb.on_failure(t0);
+        }
+        let t1 = t0 + Duration::from_millis(1300);
+        assert_eq!(cb.permit(t1), Permit::Probe);
+        assert_eq!(cb.permit(t1), Permit::Reject, "only one probe at a time");
+        let Transition::Opened(wait) = cb.on_failure(t1) else {
+            panic!("failed probe re-opens")
+        };
+        assert!(
+            wait >= Duration::from_millis(1600) && wait <= Duration::from_millis(2400),
+            "{wait:?}"
+        );
+        let t2 = t1 + Duration::from_millis(2500);
+        assert_eq!(cb.permit(t2), Permit::Probe);
+        assert_eq!(cb.on_success(), Transition::Closed);
+        assert_eq!(cb.permit(t2), Permit::Call);
+    }
+
+    #[test]
+    fn backoff_is_capped_and_lost_probes_are_replaced() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let mut now = Instant::now();
+        for _ in 0..3 {
+            cb.on_failure(now);
+        }
+        let mut last = Duration::ZERO;
+        for _ in 0..10 {
+            now += Duration::from_secs(40);
+            assert_eq!(cb.permit(now), Permit::Probe);
+            if let Transition::Opened(wait) = cb.on_failure(now) {
+                last = wait;
+            }
+        }
+        assert!(last <= Duration::from_secs(36), "{last:?}");
+        now += Duration::from_secs(40);
+        assert_eq!(cb.permit(now), Permit::Probe);
+        // The probe's request vanished without reporting: another is allowed later.
+        assert_eq!(cb.permit(now + Duration::from_millis(100)), Permit::Reject);
+        assert_eq!(cb.permit(now + PROBE_TIMEOUT), Permit::Probe);
+    }
+}
