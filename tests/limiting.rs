@@ -315,3 +315,53 @@ fn deny_cache_can_be_switched_off() {
     assert_eq!(sluice.decisions("sms-send", "per-user", "deny", "redis"), 3);
     assert_eq!(evalsha_calls(&redis), 4);
 }
+
+#[test]
+fn multi_limit_denial_consumes_nothing_anywhere() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&format!(
+        r#"
+limiter:
+  redis: {{ url: "{url}", timeout: 2s }}
+  on_error: deny
+  deny_cache: false
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: login
+    upstream: api
+    limits:
+      - {{ name: per-user, key: [{{header: X-User}}], limit: 10, window: 1m }}
+      - {{ name: per-ip, key: [ip], limit: 3, window: 1m }}
+"#,
+        url = redis.url(),
+        upstream = upstream.addr
+    ));
+    let mut denied_by = Vec::new();
+    for user in ["a", "b", "c", "a", "b", "c"] {
+        let r = sluice.get("/login", &[("X-User", user)]);
+        if r.status == 429 {
+            denied_by.push(r.body);
+        } else {
+            assert_eq!(r.status, 200);
+        }
+    }
+    assert_eq!(denied_by.len(), 3);
+    assert!(
+        denied_by.iter().all(|b| b.contains(r#""limit":"per-ip""#)),
+        "{denied_by:?}"
+    );
+    assert_eq!(redis.zcard("sluice:{login:per-ip:127.0.0.1}"), 3);
+    for user in ["a", "b", "c"] {
+        let key = format!("sluice:{{login:per-user:{user}}}");
+        assert_eq!(
+            redis.zcard(&key),
+            1,
+            "{user}'s denied request consumed a unit"
+        );
+    }
+    assert_eq!(sluice.decisions("login", "per-ip", "deny", "redis"), 3);
+    assert_eq!(sluice.decisions("login", "per-user", "deny", "redis"), 0);
+    assert_eq!(sluice.decisions("login", "per-user", "allow", "redis"), 3);
+}

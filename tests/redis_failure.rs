@@ -198,3 +198,18 @@ fn paused_redis_costs_at_most_the_budget() {
         },
     );
 }
+
+#[test]
+fn local_fallback_admits_only_this_instances_share() {
+    let upstream = Upstream::start();
+    let body = config(&dead_redis_url(), "local", &upstream)
+        .replace(
+            "  on_error: local",
+            "  on_error: local\n  local: { share: \"1/3\" }",
+        )
+        .replace("limit: 3", "limit: 6");
+    let sluice = Sluice::start(&body);
+    // 6 per minute across 3 instances: this one admits 2 while Redis is away.
+    assert_eq!(send(&sluice, 4), [200, 200, 429, 429]);
+    assert_eq!(upstream.hits(), 2);
+}

@@ -109,7 +109,7 @@ pub struct RedisFile {
 #[serde(deny_unknown_fields)]
 pub struct LocalFile {
     pub max_keys: Option<usize>,
-    /// Not supported yet.
+    /// A fraction: `1/3` or `0.33`.
     pub share: Option<Value>,
 }
 

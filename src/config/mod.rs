@@ -103,6 +103,10 @@ pub struct LimiterConfig {
     pub deny_cache: bool,
     /// Most keys the in-process limiter holds.
     pub local_max_keys: usize,
+    /// Fraction (0, 1] of each limit the in-process fallback admits per
+    /// instance (`on_error: local`), so that N instances falling back together
+    /// admit about the limit, not N times it.
+    pub local_share: f64,
 }
 
 /// `limiter.redis:`.

@@ -167,3 +167,21 @@ fn durations_format_as_written() {
     assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
     assert_eq!(format_duration(Duration::from_micros(7)), "7us");
 }
+
+#[test]
+fn local_share_accepts_fractions() {
+    let share = |text: &str| {
+        load(&format!("limiter:\n  local:\n    share: {text}\n")).map(|c| c.limiter.local_share)
+    };
+    assert_eq!(share("\"1/4\"").unwrap(), 0.25);
+    assert_eq!(share("0.5").unwrap(), 0.5);
+    assert_eq!(share("1").unwrap(), 1.0);
+    for bad in ["0", "\"3/2\"", "-1", "\"x\"", "\"1/0\""] {
+        let err = share(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("test.yaml:3:12: `share` must be a fraction"),
+            "{bad}: {err}"
+        );
+    }
+    assert_eq!(load("").unwrap().limiter.local_share, 1.0);
+}

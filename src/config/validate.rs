@@ -254,11 +254,19 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
             "`key_prefix` must be at most 64 bytes and contain no `{` or `}` (they would change Redis Cluster slots)",
         );
     }
-    c.not_supported(
-        "limiter.local.share",
-        &f.local.share,
-        "`limiter.local.share`",
-    );
+    let local_share = match &f.local.share {
+        None => 1.0,
+        Some(value) => match parse_share(value) {
+            Some(share) => share,
+            None => {
+                c.problem(
+                    "limiter.local.share",
+                    "`share` must be a fraction in (0, 1], written as 1/3 or 0.33",
+                );
+                1.0
+            }
+        },
+    };
     let on_error = match f.on_error.unwrap_or(OnErrorFile::Local) {
         OnErrorFile::Allow => OnError::Allow,
         OnErrorFile::Deny => OnError::Deny,
@@ -278,7 +286,25 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
         on_error,
         deny_cache: f.deny_cache.unwrap_or(true),
         local_max_keys,
+        local_share,
     }
+}
+
+/// `1/3`, `0.33` or `1` → the fraction, if it is in (0, 1].
+fn parse_share(value: &serde_yaml::Value) -> Option<f64> {
+    let share = match value {
+        serde_yaml::Value::Number(n) => n.as_f64()?,
+        serde_yaml::Value::String(text) => match text.split_once('/') {
+            Some((num, den)) => {
+                let num: f64 = num.trim().parse().ok()?;
+                let den: f64 = den.trim().parse().ok()?;
+                num / den
+            }
+            None => text.trim().parse().ok()?,
+        },
+        _ => return None,
+    };
+    (share > 0.0 && share <= 1.0 && share.is_finite()).then_some(share)
 }
 
 fn redis_url_check(url: &str) -> Result<(), String> {

@@ -166,6 +166,7 @@ pub struct Decider {
     local: local::LocalLimiter,
     deny_cache: Option<deny_cache::DenyCache>,
     on_error: OnError,
+    local_share: f64,
 }
 
 impl Decider {
@@ -183,6 +184,7 @@ impl Decider {
                 .deny_cache
                 .then(|| deny_cache::DenyCache::new(config.local_max_keys)),
             on_error: config.on_error,
+            local_share: config.local_share,
         })
     }
 
@@ -232,11 +234,27 @@ impl Decider {
                     },
                     OnError::Local => Outcome {
                         source: Source::Local,
-                        decisions: self.local.decide(checks),
+                        decisions: self.fallback(checks),
                     },
                 }
             }
         }
+    }
+
+    /// The in-process decision standing in for Redis: each limit scaled to
+    /// this instance's `local.share` (never below one request's cost).
+    fn fallback(&self, checks: &[LimitCheck<'_>]) -> Vec<Decision> {
+        if self.local_share >= 1.0 {
+            return self.local.decide(checks);
+        }
+        let scaled: Vec<LimitCheck<'_>> = checks
+            .iter()
+            .map(|c| LimitCheck {
+                limit: ((c.limit as f64 * self.local_share).floor() as u64).max(c.cost),
+                ..*c
+            })
+            .collect();
+        self.local.decide(&scaled)
     }
 
     /// Ready unless decisions would currently fail closed (`on_error: deny`
