@@ -213,3 +213,94 @@ fn local_fallback_admits_only_this_instances_share() {
     assert_eq!(send(&sluice, 4), [200, 200, 429, 429]);
     assert_eq!(upstream.hits(), 2);
 }
+
+/// Steady load from 4 threads while Redis is SIGKILLed and restarted empty
+/// 5 s later on the same port. Returns (statuses, slowest request during the
+/// outage, time from restart until decisions came from Redis again).
+fn kill_and_restart_under_load(on_error: &str) -> (Vec<u16>, Duration, Duration) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let upstream = Upstream::start();
+    let body = config(&redis.url(), on_error, &upstream).replace("limit: 3", "limit: 1000000");
+    let sluice = Sluice::start(&body);
+    let addr = sluice.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let outage = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new((Vec::new(), Duration::ZERO)));
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let (stop, outage, seen) = (stop.clone(), outage.clone(), seen.clone());
+            std::thread::spawn(move || {
+                let user = format!("user{t}");
+                while !stop.load(Ordering::SeqCst) {
+                    let during_outage = outage.load(Ordering::SeqCst);
+                    let r = get(addr, "/login", &[("X-User", &user)]);
+                    let mut seen = seen.lock().unwrap();
+                    seen.0.push(r.status);
+                    if during_outage {
+                        seen.1 = seen.1.max(r.elapsed);
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(10), "load on Redis", || {
+        sluice.decisions("login", "per-user", "allow", "redis") > 50
+    });
+    outage.store(true, Ordering::SeqCst);
+    redis.kill();
+    std::thread::sleep(Duration::from_secs(5)); // the outage itself, not a readiness wait
+    let restarted = RedisServer::start_on(port);
+    outage.store(false, Ordering::SeqCst);
+    let restart = std::time::Instant::now();
+    let before = sluice.decisions("login", "per-user", "allow", "redis");
+    wait_until(
+        Duration::from_secs(6),
+        "decisions to come from the restarted Redis",
+        || sluice.decisions("login", "per-user", "allow", "redis") > before,
+    );
+    let recovered_after = restart.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    // The restarted Redis had no script: it was loaded again transparently.
+    assert!(restarted.zcard("sluice:{login:per-user:user0}") > 0);
+    let seen = seen.lock().unwrap();
+    (seen.0.clone(), seen.1, recovered_after)
+}
+
+#[test]
+fn redis_killed_under_load_allow_serves_everything() {
+    let (statuses, slowest, recovered) = kill_and_restart_under_load("allow");
+    assert!(statuses.len() > 100, "{} requests", statuses.len());
+    assert!(
+        statuses.iter().all(|&s| s == 200),
+        "non-200 seen: {:?}",
+        statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>()
+    );
+    assert!(
+        slowest < BUDGET + SLACK,
+        "a request took {slowest:?} while Redis was down"
+    );
+    assert!(
+        recovered < Duration::from_secs(4),
+        "Redis used again only after {recovered:?}"
+    );
+}
+
+#[test]
+fn redis_killed_under_load_local_serves_everything() {
+    let (statuses, slowest, recovered) = kill_and_restart_under_load("local");
+    assert!(statuses.iter().all(|&s| s == 200), "non-200 seen");
+    assert!(
+        slowest < BUDGET + SLACK,
+        "a request took {slowest:?} while Redis was down"
+    );
+    assert!(
+        recovered < Duration::from_secs(4),
+        "Redis used again only after {recovered:?}"
+    );
+}

@@ -9,7 +9,10 @@
 //!
 //! Only failures that say Redis itself is unhealthy count (timeouts, I/O,
 //! LOADING, BUSY, OOM, READONLY, CLUSTERDOWN …); an error confined to one key
-//! (WRONGTYPE) does not. Time is passed in, so the state machine is tested
+//! (WRONGTYPE) does not. A probe refused at connect (nothing listens: Redis is
+//! restarting) does not double the back-off: probing a closed port costs Redis
+//! nothing, and keeping the 1 s rhythm lets a restarted Redis be used again
+//! within about a second. Time is passed in, so the state machine is tested
 //! with a fake clock.
 
 use std::sync::Mutex;
@@ -106,8 +109,9 @@ impl CircuitBreaker {
         }
     }
 
-    /// Records a call that failed because Redis is unhealthy.
-    pub fn on_failure(&self, now: Instant) -> Transition {
+    /// Records a call that failed because Redis is unhealthy. `refused`:
+    /// the connection was refused, which costs Redis nothing to retry.
+    pub fn on_failure(&self, now: Instant, refused: bool) -> Transition {
         let mut phase = self.lock();
         match *phase {
             Phase::Closed { failures } if failures + 1 >= FAILURES_TO_OPEN => {
@@ -125,7 +129,11 @@ impl CircuitBreaker {
                 Transition::None
             }
             Phase::Probing { backoff, .. } => {
-                let backoff = (backoff * 2).min(MAX_BACKOFF);
+                let backoff = if refused {
+                    FIRST_BACKOFF
+                } else {
+                    (backoff * 2).min(MAX_BACKOFF)
+                };
                 let wait = jittered(backoff);
                 *phase = Phase::Open {
                     until: now + wait,
@@ -164,10 +172,10 @@ mod tests {
     fn opens_after_three_failures_and_rejects() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
-        assert_eq!(cb.on_failure(t0), Transition::None);
-        assert_eq!(cb.on_failure(t0), Transition::None);
+        assert_eq!(cb.on_failure(t0, false), Transition::None);
+        assert_eq!(cb.on_failure(t0, false), Transition::None);
         assert_eq!(cb.permit(t0), Permit::Call);
-        let Transition::Opened(wait) = cb.on_failure(t0) else {
+        let Transition::Opened(wait) = cb.on_failure(t0, false) else {
             panic!("should open")
         };
         assert!(
@@ -182,11 +190,11 @@ mod tests {
     fn a_success_resets_the_failure_count() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
-        cb.on_failure(t0);
-        cb.on_failure(t0);
+        cb.on_failure(t0, false);
+        cb.on_failure(t0, false);
         assert_eq!(cb.on_success(), Transition::None);
-        cb.on_failure(t0);
-        cb.on_failure(t0);
+        cb.on_failure(t0, false);
+        cb.on_failure(t0, false);
         assert!(!cb.is_open());
     }
 
@@ -195,12 +203,12 @@ mod tests {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
         for _ in 0..3 {
-            cb.on_failure(t0);
+            cb.on_failure(t0, false);
         }
         let t1 = t0 + Duration::from_millis(1300);
         assert_eq!(cb.permit(t1), Permit::Probe);
         assert_eq!(cb.permit(t1), Permit::Reject, "only one probe at a time");
-        let Transition::Opened(wait) = cb.on_failure(t1) else {
+        let Transition::Opened(wait) = cb.on_failure(t1, false) else {
             panic!("failed probe re-opens")
         };
         assert!(
@@ -214,17 +222,34 @@ mod tests {
     }
 
     #[test]
+    fn refused_probes_keep_the_first_backoff() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let mut now = Instant::now();
+        for _ in 0..3 {
+            cb.on_failure(now, true);
+        }
+        for _ in 0..5 {
+            now += Duration::from_millis(1300);
+            assert_eq!(cb.permit(now), Permit::Probe);
+            let Transition::Opened(wait) = cb.on_failure(now, true) else {
+                panic!()
+            };
+            assert!(wait <= Duration::from_millis(1200), "{wait:?}");
+        }
+    }
+
+    #[test]
     fn backoff_is_capped_and_lost_probes_are_replaced() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let mut now = Instant::now();
         for _ in 0..3 {
-            cb.on_failure(now);
+            cb.on_failure(now, false);
         }
         let mut last = Duration::ZERO;
         for _ in 0..10 {
             now += Duration::from_secs(40);
             assert_eq!(cb.permit(now), Permit::Probe);
-            if let Transition::Opened(wait) = cb.on_failure(now) {
+            if let Transition::Opened(wait) = cb.on_failure(now, false) {
                 last = wait;
             }
         }

@@ -48,9 +48,13 @@ pub enum LimiterError {
     /// The decision did not finish within the configured budget.
     #[error("redis timed out after {0:?}")]
     Timeout(Duration),
-    /// Redis is unreachable (connection refused, reset, closed).
+    /// The connection to Redis broke or could not be made (reset, closed,
+    /// unreachable).
     #[error("redis connection error: {0}")]
     Io(String),
+    /// Nothing accepts connections at the Redis address (down or restarting).
+    #[error("redis refused the connection: {0}")]
+    Refused(String),
     /// Redis answered with an error confined to this decision (WRONGTYPE on
     /// a clobbered key, a reply of the wrong shape).
     #[error("redis error: {0}")]
@@ -69,7 +73,7 @@ impl LimiterError {
     pub fn kind(&self) -> &'static str {
         match self {
             LimiterError::Timeout(_) => "timeout",
-            LimiterError::Io(_) => "io",
+            LimiterError::Io(_) | LimiterError::Refused(_) => "io",
             LimiterError::Server(_) | LimiterError::Unavailable(_) => "server",
             LimiterError::CircuitOpen => "circuit_open",
         }

@@ -44,6 +44,8 @@ pub struct RedisLimiter {
     connection: RwLock<Option<MultiplexedConnection>>,
     connecting: AtomicBool,
     connect_done: Notify,
+    /// Whether the last failed connect was refused (nothing listening).
+    connect_refused: AtomicBool,
     circuit: CircuitBreaker,
     member_prefix: String,
     sequence: AtomicU64,
@@ -76,6 +78,7 @@ impl RedisLimiter {
             connection: RwLock::new(None),
             connecting: AtomicBool::new(false),
             connect_done: Notify::new(),
+            connect_refused: AtomicBool::new(false),
             circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
             member_prefix: instance_id(),
             sequence: AtomicU64::new(0),
@@ -117,8 +120,13 @@ impl RedisLimiter {
         }
         // The caller's budget bounds this wait; the connect itself goes on.
         notified.await;
-        self.current()
-            .ok_or_else(|| LimiterError::Io("cannot connect to Redis".into()))
+        self.current().ok_or_else(|| {
+            if self.connect_refused.load(Ordering::Relaxed) {
+                LimiterError::Refused("cannot connect to Redis".into())
+            } else {
+                LimiterError::Io("cannot connect to Redis".into())
+            }
+        })
     }
 
     async fn connect(self: Arc<Self>) {
@@ -138,8 +146,15 @@ impl RedisLimiter {
                 log::info!("connected to Redis");
                 *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
             }
-            Ok(Err(e)) => log::debug!("cannot connect to Redis: {e}"),
-            Err(_) => log::debug!("cannot connect to Redis: no answer within {CONNECT_TIMEOUT:?}"),
+            Ok(Err(e)) => {
+                self.connect_refused
+                    .store(e.is_connection_refusal(), Ordering::Relaxed);
+                log::debug!("cannot connect to Redis: {e}");
+            }
+            Err(_) => {
+                self.connect_refused.store(false, Ordering::Relaxed);
+                log::debug!("cannot connect to Redis: no answer within {CONNECT_TIMEOUT:?}");
+            }
         }
         self.connecting.store(false, Ordering::Release);
         self.connect_done.notify_waiters();
@@ -312,7 +327,8 @@ impl RedisLimiter {
                     log::warn!("rate-limit decision failed for one key: {e}");
                     return;
                 }
-                if let Transition::Opened(wait) = self.circuit.on_failure(Instant::now()) {
+                let refused = matches!(e, LimiterError::Refused(_));
+                if let Transition::Opened(wait) = self.circuit.on_failure(Instant::now(), refused) {
                     log::warn!(
                         "Redis unhealthy ({e}): circuit open for {wait:?}, on_error applies"
                     );
