@@ -144,6 +144,20 @@ fn print_summary(path: &std::path::Path, config: &Config) {
         ),
         Backend::Local => println!("  limiter local (this instance only)"),
     }
+    println!(
+        "  deny cache {}, in-process limiter {} keys{}",
+        if config.limiter.deny_cache {
+            "on"
+        } else {
+            "off"
+        },
+        config.limiter.local_max_keys,
+        if config.limiter.local_share < 1.0 {
+            format!(", fallback share {:.3}", config.limiter.local_share)
+        } else {
+            String::new()
+        }
+    );
     for route in &config.routes {
         let target = match &route.action {
             RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
