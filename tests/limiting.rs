@@ -236,17 +236,29 @@ fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
         .arg("not a sorted set")
         .query(&mut redis.connection())
         .unwrap();
-    let broken = sluice.get("/sms/x", &[("X-User", "user_1001")]);
-    assert_eq!(broken.status, 503, "{}", broken.body);
+    for _ in 0..4 {
+        let broken = sluice.get("/sms/x", &[("X-User", "user_1001")]);
+        assert_eq!(broken.status, 503, "{}", broken.body);
+    }
+    // One key's problem does not open the circuit: other keys keep exact limits.
     assert_eq!(
         sluice.get("/sms/x", &[("X-User", "someone_else")]).status,
         200
     );
+    let metrics = sluice.metrics();
+    assert_eq!(
+        metric_value(&metrics, "sluice_redis_errors_total{kind=\"server\"} "),
+        4
+    );
     assert_eq!(
         metric_value(
-            &sluice.metrics(),
-            "sluice_redis_errors_total{kind=\"server\"} "
+            &metrics,
+            "sluice_redis_errors_total{kind=\"circuit_open\"} "
         ),
+        0
+    );
+    assert_eq!(
+        sluice.decisions("sms-send", "per-user", "allow", "redis"),
         1
     );
 }

@@ -304,3 +304,84 @@ fn redis_killed_under_load_local_serves_everything() {
         "Redis used again only after {recovered:?}"
     );
 }
+
+/// Sends 5 requests with `on_error: allow` while Redis answers every script
+/// with an error that says it cannot serve; they must all pass, be counted as
+/// `server` errors, and open the circuit.
+fn assert_unhealthy_answers_open_the_circuit(redis: &RedisServer, what: &str) {
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis.url(), "allow", &upstream));
+    assert_eq!(send(&sluice, 5), [200; 5], "{what}");
+    let metrics = sluice.metrics();
+    assert_eq!(
+        metric_value(&metrics, "sluice_redis_errors_total{kind=\"server\"} "),
+        3,
+        "{what}"
+    );
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "sluice_redis_errors_total{kind=\"circuit_open\"} "
+        ),
+        2,
+        "{what}"
+    );
+    assert_eq!(
+        sluice.decisions("login", "per-user", "allow", "fail_open"),
+        5,
+        "{what}"
+    );
+}
+
+#[test]
+fn oom_redis_opens_the_circuit_without_a_5xx() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert_unhealthy_answers_open_the_circuit(&redis, "OOM");
+}
+
+#[test]
+fn readonly_replica_opens_the_circuit_without_a_5xx() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut replica.connection())
+        .unwrap();
+    assert_unhealthy_answers_open_the_circuit(&replica, "READONLY");
+}
+
+#[test]
+fn busy_redis_opens_the_circuit_without_a_5xx() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg("50")
+        .query(&mut redis.connection())
+        .unwrap();
+    // A runaway script keeps Redis busy: every other client gets BUSY.
+    let mut blocked = redis.connection();
+    let runaway = std::thread::spawn(move || {
+        let _ = redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query::<()>(&mut blocked);
+    });
+    wait_until(Duration::from_secs(10), "Redis to answer BUSY", || {
+        redis::cmd("PING")
+            .query::<String>(&mut redis.connection())
+            .is_err()
+    });
+    assert_unhealthy_answers_open_the_circuit(&redis, "BUSY");
+    let _ = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query::<()>(&mut redis.connection());
+    runaway.join().unwrap();
+}
