@@ -13,12 +13,23 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, chosen below the kernel's ephemeral
+/// range (32768–60999 by default) so that no outgoing connection of a parallel
+/// test can take it between this check and the child process binding it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    use std::sync::atomic::AtomicU32;
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Spread test binaries (separate processes) over the range by pid.
+    let base = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (base + NEXT.fetch_add(1, Ordering::SeqCst)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// Polls `ready` every 20 ms until it holds or `limit` passes.
