@@ -138,7 +138,18 @@ fn print_summary(path: &std::path::Path, config: &Config) {
     match config.limiter.backend {
         Backend::Redis => println!(
             "  limiter redis {} (timeout {}, on_error {})",
-            redact(&config.limiter.redis.url),
+            if config.limiter.redis.cluster.is_empty() {
+                redact(&config.limiter.redis.url)
+            } else {
+                let nodes: Vec<String> = config
+                    .limiter
+                    .redis
+                    .cluster
+                    .iter()
+                    .map(|u| redact(u))
+                    .collect();
+                format!("cluster [{}]", nodes.join(", "))
+            },
             format_duration(config.limiter.redis.timeout),
             config.limiter.on_error.name()
         ),

@@ -112,8 +112,10 @@ pub struct LimiterConfig {
 /// `limiter.redis:`.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    /// `redis://` or `rediss://` URL.
+    /// `redis://` URL of a standalone Redis.
     pub url: String,
+    /// Seed node URLs of a Redis Cluster; non-empty selects cluster mode.
+    pub cluster: Vec<String>,
     /// Budget for one decision, connect included (> 0).
     pub timeout: Duration,
     /// Prefix of every counter key; contains no `{` or `}`.

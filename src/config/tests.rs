@@ -104,7 +104,7 @@ fn duplicates_are_rejected() {
 fn unimplemented_features_say_so() {
     for (text, needle) in [
         ("identity:\n  jwt: {claim: sub}\n", "JWT identity"),
-        ("limiter:\n  redis:\n    cluster: [\"redis://a:1\"]\n", "Redis Cluster"),
+        ("limiter:\n  redis:\n    url: \"rediss://a:1\"\n", "TLS to Redis"),
         ("response:\n  headers: draft\n", "draft"),
         ("server:\n  tls: {cert: x}\n", "TLS listeners"),
         (
@@ -184,4 +184,15 @@ fn local_share_accepts_fractions() {
         );
     }
     assert_eq!(load("").unwrap().limiter.local_share, 1.0);
+}
+
+#[test]
+fn cluster_nodes_are_checked() {
+    let config = load("limiter:\n  redis:\n    cluster: [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n").unwrap();
+    assert_eq!(config.limiter.redis.cluster.len(), 2);
+    let err = error_of("limiter:\n  redis:\n    cluster: [\"127.0.0.1:7000\"]\n");
+    assert!(
+        err.starts_with("test.yaml:3:15: `127.0.0.1:7000` is not a Redis URL"),
+        "{err}"
+    );
 }

@@ -221,11 +221,10 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
             c.problem("limiter.redis.url", e);
         }
     }
-    if !f.redis.cluster.is_empty() {
-        c.problem(
-            "limiter.redis.cluster",
-            format!("Redis Cluster (`limiter.redis.cluster`) {NOT_YET}"),
-        );
+    for (i, node) in f.redis.cluster.iter().enumerate() {
+        if let Err(e) = redis_url_check(node) {
+            c.problem(&format!("limiter.redis.cluster[{i}]"), e);
+        }
     }
     c.not_supported(
         "limiter.redis.tls",
@@ -280,6 +279,7 @@ fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
         backend,
         redis: RedisConfig {
             url,
+            cluster: f.redis.cluster.clone(),
             timeout,
             key_prefix,
         },

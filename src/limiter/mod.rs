@@ -6,6 +6,7 @@
 //! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
 
 pub mod circuit;
+pub mod cluster;
 pub mod deny_cache;
 pub mod local;
 pub mod redis;
@@ -166,7 +167,7 @@ impl Outcome {
 
 /// The primary limiter plus the failure policy.
 pub struct Decider {
-    redis: Option<Arc<redis::RedisLimiter>>,
+    redis: Option<Remote>,
     local: local::LocalLimiter,
     deny_cache: Option<deny_cache::DenyCache>,
     on_error: OnError,
@@ -178,7 +179,13 @@ impl Decider {
     /// Redis connects on first use, inside the runtime that serves requests.
     pub fn new(config: &LimiterConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
         let redis = match config.backend {
-            Backend::Redis => Some(Arc::new(redis::RedisLimiter::new(&config.redis, metrics)?)),
+            Backend::Redis if !config.redis.cluster.is_empty() => Some(Remote::Cluster(Arc::new(
+                cluster::ClusterLimiter::new(&config.redis.cluster, config.redis.timeout, metrics)?,
+            ))),
+            Backend::Redis => Some(Remote::Single(Arc::new(redis::RedisLimiter::new(
+                &config.redis,
+                metrics,
+            )?))),
             Backend::Local => None,
         };
         Ok(Self {
@@ -267,6 +274,28 @@ impl Decider {
         match &self.redis {
             Some(redis) => self.on_error != OnError::Deny || redis.is_healthy(),
             None => true,
+        }
+    }
+}
+
+/// The shared backend: one Redis, or a Redis Cluster.
+enum Remote {
+    Single(Arc<redis::RedisLimiter>),
+    Cluster(Arc<cluster::ClusterLimiter>),
+}
+
+impl Remote {
+    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        match self {
+            Remote::Single(redis) => redis.check(checks).await,
+            Remote::Cluster(cluster) => cluster.check(checks).await,
+        }
+    }
+
+    fn is_healthy(&self) -> bool {
+        match self {
+            Remote::Single(redis) => redis.is_healthy(),
+            Remote::Cluster(cluster) => cluster.is_healthy(),
         }
     }
 }

@@ -341,7 +341,7 @@ impl RedisLimiter {
 }
 
 /// Server error codes that mean Redis itself cannot serve (not one key's problem).
-const UNHEALTHY_CODES: &[&str] = &[
+pub(super) const UNHEALTHY_CODES: &[&str] = &[
     "LOADING",
     "BUSY",
     "OOM",
@@ -375,7 +375,7 @@ fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
 }
 
 /// Parses `{admitted, (remaining, reset_us, retry_us) × n}`.
-fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, LimiterError> {
+pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, LimiterError> {
     if reply.len() != 1 + 3 * n {
         return Err(LimiterError::Server(format!(
             "script returned {} values for {n} keys",
@@ -401,7 +401,7 @@ fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, LimiterError> {
 
 /// A per-process random prefix for sorted-set members, so that requests
 /// admitted in the same microsecond by different instances stay distinct.
-fn instance_id() -> String {
+pub(super) fn instance_id() -> String {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = RandomState::new().build_hasher();

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 /// A port nothing listens on right now, chosen below the kernel's ephemeral
 /// range (32768–60999 by default) so that no outgoing connection of a parallel
 /// test can take it between this check and the child process binding it.
+/// Ports 10000–20999 are left to [`RedisCluster`] nodes and their bus ports.
 pub fn free_port() -> u16 {
     use std::sync::atomic::AtomicU32;
-    const LOW: u32 = 20_000;
-    const SPAN: u32 = 12_000;
+    // 10000-20999 is left to Redis Cluster nodes and their bus ports (+10000).
+    const LOW: u32 = 21_000;
+    const SPAN: u32 = 11_000;
     static NEXT: AtomicU32 = AtomicU32::new(0);
     // Spread test binaries (separate processes) over the range by pid.
     let base = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
@@ -522,4 +524,198 @@ where
         .into_iter()
         .map(|h| h.join().expect("request thread"))
         .collect()
+}
+
+// -------------------------------------------------------------- redis cluster
+
+/// A Redis Cluster of `redis-server` children (primaries only) on loopback.
+/// Nodes use ports 10000–10999 so that their bus ports (+10000) never meet
+/// the ports [`free_port`] hands out.
+pub struct RedisCluster {
+    nodes: Vec<Option<Child>>,
+    /// The nodes' ports.
+    pub ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    /// Starts `n` primaries, creates the cluster and waits until every node
+    /// reports `cluster_state:ok`.
+    pub fn start(n: usize) -> Self {
+        use std::sync::atomic::AtomicU32;
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = std::process::id().wrapping_mul(2_654_435_761) % 1000;
+        let mut ports = Vec::new();
+        while ports.len() < n {
+            let port = (10_000 + (base + NEXT.fetch_add(1, Ordering::SeqCst)) % 1000) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+            {
+                ports.push(port);
+            }
+        }
+        let nodes = ports
+            .iter()
+            .map(|port| {
+                let conf = dir.path().join(format!("nodes-{port}.conf"));
+                Some(
+                    Command::new("redis-server")
+                        .args([
+                            "--port",
+                            &port.to_string(),
+                            "--bind",
+                            "127.0.0.1",
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                        ])
+                        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                        .args(["--cluster-require-full-coverage", "no"])
+                        .arg("--cluster-config-file")
+                        .arg(&conf)
+                        .arg("--dir")
+                        .arg(dir.path())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("redis-server must be on PATH"),
+                )
+            })
+            .collect();
+        let cluster = Self {
+            nodes,
+            ports,
+            _dir: dir,
+        };
+        for &port in &cluster.ports {
+            wait_until(
+                Duration::from_secs(10),
+                "cluster node to answer PING",
+                || {
+                    cluster
+                        .node(port)
+                        .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+                },
+            );
+        }
+        let addresses: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli must be on PATH");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for &port in &cluster.ports {
+            wait_until(Duration::from_secs(20), "cluster_state:ok", || {
+                cluster.node(port).is_some_and(|mut c| {
+                    redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query::<String>(&mut c)
+                        .is_ok_and(|info| info.contains("cluster_state:ok"))
+                })
+            });
+        }
+        cluster
+    }
+
+    fn node(&self, port: u16) -> Option<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()
+    }
+
+    /// The YAML list of node URLs for `limiter.redis.cluster`.
+    pub fn urls_yaml(&self) -> String {
+        let urls: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("\"redis://127.0.0.1:{p}\""))
+            .collect();
+        format!("[{}]", urls.join(", "))
+    }
+
+    /// The port of the primary that owns `key`'s slot.
+    pub fn owner(&self, key: &str) -> u16 {
+        let mut conn = self.node(self.ports[0]).expect("cluster node");
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .expect("KEYSLOT");
+        let slots: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .expect("SLOTS");
+        let redis::Value::Array(ranges) = slots else {
+            panic!("CLUSTER SLOTS")
+        };
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            if let (
+                redis::Value::Int(start),
+                redis::Value::Int(end),
+                redis::Value::Array(primary),
+            ) = (&parts[0], &parts[1], &parts[2])
+            {
+                if (*start as u16..=*end as u16).contains(&slot) {
+                    if let redis::Value::Int(port) = primary[1] {
+                        return port as u16;
+                    }
+                }
+            }
+        }
+        panic!("no owner for slot {slot}")
+    }
+
+    /// ZCARD of `key` on the node that owns it.
+    pub fn zcard(&self, key: &str) -> u64 {
+        let mut conn = self.node(self.owner(key)).expect("owner node");
+        redis::cmd("ZCARD")
+            .arg(key)
+            .query(&mut conn)
+            .expect("ZCARD")
+    }
+
+    /// Number of keys on the node at `port`.
+    pub fn dbsize(&self, port: u16) -> u64 {
+        redis::cmd("DBSIZE")
+            .query(&mut self.node(port).expect("node"))
+            .expect("DBSIZE")
+    }
+
+    /// SIGKILLs the node at `port`.
+    pub fn kill(&mut self, port: u16) {
+        let i = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("known node");
+        if let Some(mut child) = self.nodes[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

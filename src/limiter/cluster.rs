@@ -1,0 +1,401 @@
+//! The Redis Cluster backend (`limiter.redis.cluster`).
+//!
+//! Every limit's key carries a hash tag over all of it (see `keys`), so one
+//! key lives in one slot on one primary. Scripts cannot span slots, so the
+//! limits of one request are decided one script per key, in order; if one
+//! denies, the units the earlier ones took are refunded (`ZREM` of this
+//! request's members). Between the take and the refund the other limits are
+//! briefly stricter than exact, never looser. `SCRIPT LOAD` goes to every
+//! node (the redis crate routes it so), and `NOSCRIPT` is handled per call.
+//!
+//! Each primary has its own circuit breaker: a lost shard sends its keys to
+//! `on_error` while the other shards keep exact limiting. The slot → primary
+//! map comes from `CLUSTER SLOTS` and is refreshed whenever a node fails.
+
+use super::circuit::{CircuitBreaker, Permit, Transition};
+use super::redis::{instance_id, parse_reply, SLIDING_LOG_SCRIPT};
+use super::{Decision, LimitCheck, Limiter, LimiterError};
+use crate::metrics::RedisMetrics;
+use async_trait::async_trait;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Redis Cluster limiter, shared by all request tasks.
+pub struct ClusterLimiter {
+    client: ClusterClient,
+    budget: Duration,
+    script: redis::Script,
+    connection: RwLock<Option<ClusterConnection>>,
+    connecting: AtomicBool,
+    connect_done: Notify,
+    slots: RwLock<Vec<SlotRange>>,
+    circuits: Mutex<HashMap<String, Arc<CircuitBreaker>>>,
+    member_prefix: String,
+    sequence: AtomicU64,
+    metrics: RedisMetrics,
+}
+
+#[derive(Debug, Clone)]
+struct SlotRange {
+    start: u16,
+    end: u16,
+    node: String,
+}
+
+impl ClusterLimiter {
+    /// Prepares a cluster client for the seed `nodes`; connects nothing yet.
+    pub fn new(
+        nodes: &[String],
+        budget: Duration,
+        metrics: RedisMetrics,
+    ) -> Result<Self, LimiterError> {
+        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(budget.max(Duration::from_millis(100)))
+            .retries(1)
+            .build()
+            .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster nodes: {e}")))?;
+        Ok(Self {
+            client,
+            budget,
+            script: redis::Script::new(SLIDING_LOG_SCRIPT),
+            connection: RwLock::new(None),
+            connecting: AtomicBool::new(false),
+            connect_done: Notify::new(),
+            slots: RwLock::new(Vec::new()),
+            circuits: Mutex::new(HashMap::new()),
+            member_prefix: instance_id(),
+            sequence: AtomicU64::new(0),
+            metrics,
+        })
+    }
+
+    /// Healthy unless every known primary's circuit is open.
+    pub fn is_healthy(&self) -> bool {
+        let circuits = self.circuits.lock().unwrap_or_else(|p| p.into_inner());
+        circuits.is_empty() || circuits.values().any(|c| !c.is_open())
+    }
+
+    fn current(&self) -> Option<ClusterConnection> {
+        self.connection
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn connection(self: &Arc<Self>) -> Result<ClusterConnection, LimiterError> {
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
+        let notified = self.connect_done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
+        if !self.connecting.swap(true, Ordering::AcqRel) {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.connect().await });
+        }
+        notified.await;
+        self.current()
+            .ok_or_else(|| LimiterError::Io("cannot connect to the Redis Cluster".into()))
+    }
+
+    async fn connect(self: Arc<Self>) {
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_connection()).await {
+            Ok(Ok(mut conn)) => {
+                log::info!("connected to the Redis Cluster");
+                self.refresh_slots(&mut conn).await;
+                *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+            }
+            Ok(Err(e)) => log::debug!("cannot connect to the Redis Cluster: {e}"),
+            Err(_) => log::debug!("cannot connect to the Redis Cluster within {CONNECT_TIMEOUT:?}"),
+        }
+        self.connecting.store(false, Ordering::Release);
+        self.connect_done.notify_waiters();
+    }
+
+    /// Reloads the slot → primary map from `CLUSTER SLOTS`.
+    async fn refresh_slots(&self, conn: &mut ClusterConnection) {
+        let reply = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async::<redis::Value>(conn),
+        )
+        .await;
+        match reply {
+            Ok(Ok(value)) => {
+                let ranges = parse_cluster_slots(&value);
+                if !ranges.is_empty() {
+                    *self.slots.write().unwrap_or_else(|p| p.into_inner()) = ranges;
+                }
+            }
+            Ok(Err(e)) => log::debug!("CLUSTER SLOTS failed: {e}"),
+            Err(_) => log::debug!("CLUSTER SLOTS timed out"),
+        }
+    }
+
+    fn node_of(&self, key: &str) -> String {
+        let slot = key_slot(key.as_bytes());
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots
+            .iter()
+            .find(|r| r.start <= slot && slot <= r.end)
+            .map(|r| r.node.clone())
+            .unwrap_or_else(|| "unknown".into())
+    }
+
+    fn circuit(&self, node: &str) -> Arc<CircuitBreaker> {
+        let mut circuits = self.circuits.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(
+            circuits.entry(node.to_string()).or_insert_with(|| {
+                Arc::new(CircuitBreaker::new(CONNECT_TIMEOUT.max(self.budget * 2)))
+            }),
+        )
+    }
+
+    fn record_failure(self: &Arc<Self>, node: &str, error: &LimiterError) {
+        self.metrics.errors.with_label_values(&[error.kind()]).inc();
+        if !error.is_unhealthy() {
+            log::warn!("rate-limit decision failed for one key: {error}");
+            return;
+        }
+        let refused = matches!(error, LimiterError::Refused(_));
+        if let Transition::Opened(wait) = self.circuit(node).on_failure(Instant::now(), refused) {
+            log::warn!(
+                "Redis Cluster node {node} unhealthy ({error}): its circuit is open for {wait:?}"
+            );
+            self.metrics.up.set(0);
+            if let Some(mut conn) = self.current() {
+                let this = Arc::clone(self);
+                tokio::spawn(async move { this.refresh_slots(&mut conn).await });
+            }
+        }
+    }
+
+    fn classify(error: redis::RedisError) -> LimiterError {
+        if error.is_connection_refusal() {
+            LimiterError::Refused(error.to_string())
+        } else if error.is_io_error() || error.is_connection_dropped() {
+            LimiterError::Io(error.to_string())
+        } else if error.is_timeout() {
+            LimiterError::Timeout(Duration::ZERO)
+        } else if error.is_cluster_error()
+            || error
+                .code()
+                .is_some_and(|c| super::redis::UNHEALTHY_CODES.contains(&c))
+        {
+            // MOVED/ASK reaching us means the client could not follow them:
+            // the owner of the slot is unreachable or the topology is in flux.
+            LimiterError::Unavailable(error.to_string())
+        } else {
+            LimiterError::Server(error.to_string())
+        }
+    }
+
+    /// Gives back the units this request took from `keys`.
+    fn refund(&self, conn: &ClusterConnection, taken: Vec<(String, u64)>, member: String) {
+        let mut conn = conn.clone();
+        tokio::spawn(async move {
+            for (key, cost) in taken {
+                let mut zrem = redis::cmd("ZREM");
+                zrem.arg(&key).arg(&member);
+                for j in 2..=cost {
+                    zrem.arg(format!("{member}.{j}"));
+                }
+                let result =
+                    tokio::time::timeout(CONNECT_TIMEOUT, zrem.query_async::<i64>(&mut conn)).await;
+                if !matches!(result, Ok(Ok(_))) {
+                    log::warn!("could not refund a unit of {key}: it stays taken until it leaves the window");
+                }
+            }
+        });
+    }
+
+    async fn decide(
+        self: &Arc<Self>,
+        checks: &[LimitCheck<'_>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, LimiterError> {
+        let conn = self.connection().await?;
+        let nodes: Vec<String> = checks.iter().map(|c| self.node_of(c.key)).collect();
+        for node in &nodes {
+            if self.circuit(node).permit(Instant::now()) == Permit::Reject {
+                let error = LimiterError::CircuitOpen;
+                self.metrics.errors.with_label_values(&[error.kind()]).inc();
+                return Err(error);
+            }
+        }
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let member = format!("{}-{sequence:x}", self.member_prefix);
+        let mut decisions = Vec::with_capacity(checks.len());
+        let mut taken: Vec<(String, u64)> = Vec::new();
+        for (check, node) in checks.iter().zip(&nodes) {
+            let mut invocation = self.script.prepare_invoke();
+            invocation
+                .key(check.key)
+                .arg(&member)
+                .arg(check.limit)
+                .arg(check.window.as_micros() as u64)
+                .arg(check.cost);
+            let mut call_conn = conn.clone();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = match tokio::time::timeout(
+                left,
+                invocation.invoke_async::<Vec<i64>>(&mut call_conn),
+            )
+            .await
+            {
+                Ok(Ok(reply)) => parse_reply(&reply, 1),
+                Ok(Err(e)) => Err(Self::classify(e)),
+                Err(_) => Err(LimiterError::Timeout(self.budget)),
+            };
+            match reply {
+                Ok(mut one) => {
+                    if self.circuit(node).on_success() == Transition::Closed {
+                        log::info!(
+                            "Redis Cluster node {node} answers again: its circuit is closed"
+                        );
+                    }
+                    let decision = one.remove(0);
+                    let denied = !decision.allowed;
+                    if !denied {
+                        taken.push((check.key.to_string(), check.cost));
+                    }
+                    decisions.push(decision);
+                    if denied {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.record_failure(node, &e);
+                    self.refund(&conn, taken, member);
+                    return Err(e);
+                }
+            }
+        }
+        if decisions.len() < checks.len() || decisions.iter().any(|d| !d.allowed) {
+            self.refund(&conn, taken, member);
+            // Limits after the denying one were not asked: report them as
+            // admitting, with nothing consumed.
+            for check in &checks[decisions.len()..] {
+                decisions.push(Decision {
+                    allowed: true,
+                    remaining: check.limit,
+                    reset: Duration::ZERO,
+                    retry_after: Duration::ZERO,
+                });
+            }
+        }
+        Ok(decisions)
+    }
+}
+
+#[async_trait]
+impl Limiter for Arc<ClusterLimiter> {
+    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        let started = Instant::now();
+        let deadline = started + self.budget;
+        let result = match tokio::time::timeout(self.budget, self.decide(checks, deadline)).await {
+            Ok(result) => result,
+            Err(_) => {
+                // Not attributable to one node (connecting, or the map is stale).
+                let error = LimiterError::Timeout(self.budget);
+                self.metrics.errors.with_label_values(&[error.kind()]).inc();
+                Err(error)
+            }
+        };
+        if result.is_ok() {
+            self.metrics
+                .duration
+                .observe(started.elapsed().as_secs_f64());
+            self.metrics.up.set(1);
+        }
+        result
+    }
+}
+
+/// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id], replicas…], …]`.
+fn parse_cluster_slots(value: &redis::Value) -> Vec<SlotRange> {
+    use redis::Value;
+    let Value::Array(entries) = value else {
+        return Vec::new();
+    };
+    let mut ranges = Vec::new();
+    for entry in entries {
+        let Value::Array(parts) = entry else { continue };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let host = match primary.first() {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            Some(Value::SimpleString(text)) => text.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = primary.get(1) else {
+            continue;
+        };
+        ranges.push(SlotRange {
+            start: *start as u16,
+            end: *end as u16,
+            node: format!("{host}:{port}"),
+        });
+    }
+    ranges.sort_by_key(|r| r.start);
+    ranges
+}
+
+/// The Redis Cluster slot of `key` (CRC16/XMODEM of its hash tag, mod 16384).
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= (byte as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on a real cluster.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"sluice:{login:per-user:u1}"), 12192);
+        assert_eq!(key_slot(b"login:per-user:u1"), 12192);
+        assert_eq!(key_slot(b"{}x"), key_slot(b"{}x"));
+        assert_eq!(key_slot(b"a{}b"), crc16(b"a{}b") % 16384);
+    }
+}

@@ -1,0 +1,115 @@
+//! Redis Cluster mode: a real 3-primary cluster on loopback.
+
+mod common;
+
+use common::*;
+
+fn config(cluster: &RedisCluster, limit: u64, on_error: &str) -> String {
+    format!(
+        r#"
+limiter:
+  redis:
+    cluster: {nodes}
+    timeout: 2s
+  on_error: {on_error}
+  deny_cache: false
+routes:
+  - name: login
+    respond: {{ status: 200, body: "ok" }}
+    limits:
+      - {{ name: per-user, key: [{{header: X-User}}], limit: {limit}, window: 1m }}
+"#,
+        nodes = cluster.urls_yaml()
+    )
+}
+
+#[test]
+fn exact_across_three_instances_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let body = config(&cluster, 50, "deny");
+    let instances: Vec<Sluice> = (0..3).map(|_| Sluice::start(&body)).collect();
+    let addrs: Vec<_> = instances.iter().map(|s| s.addr).collect();
+    let statuses = concurrent(240, move |i| {
+        get(addrs[i % 3], "/login", &[("X-User", "user_1001")])
+    });
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    let denied = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((admitted, denied), (50, 190), "{statuses:?}");
+    assert_eq!(cluster.zcard("sluice:{login:per-user:user_1001}"), 50);
+}
+
+#[test]
+fn keys_spread_over_primaries_and_a_lost_primary_only_affects_its_keys() {
+    let mut cluster = RedisCluster::start(3);
+    let sluice = Sluice::start(&config(&cluster, 2, "allow"));
+    let users: Vec<String> = (0..30).map(|i| format!("user{i}")).collect();
+    for user in &users {
+        assert_eq!(sluice.get("/login", &[("X-User", user)]).status, 200);
+    }
+    for &port in &cluster.ports {
+        assert!(cluster.dbsize(port) > 0, "no key landed on node {port}");
+    }
+
+    let lost = cluster.ports[2];
+    let owners: Vec<u16> = users
+        .iter()
+        .map(|u| cluster.owner(&format!("sluice:{{login:per-user:{u}}}")))
+        .collect();
+    cluster.kill(lost);
+    for (user, owner) in users.iter().zip(&owners) {
+        let statuses: Vec<u16> = (0..3)
+            .map(|_| sluice.get("/login", &[("X-User", user)]).status)
+            .collect();
+        if *owner == lost {
+            assert_eq!(
+                statuses,
+                [200, 200, 200],
+                "{user} lives on the lost primary: on_error allow"
+            );
+        } else {
+            assert_eq!(
+                statuses,
+                [200, 429, 429],
+                "{user} lives on a live primary: still exact"
+            );
+        }
+    }
+    assert!(sluice.decisions("login", "per-user", "allow", "fail_open") > 0);
+    assert!(sluice.decisions("login", "per-user", "deny", "redis") > 0);
+}
+
+#[test]
+fn multi_limit_on_a_cluster_refunds_what_a_denied_request_took() {
+    let cluster = RedisCluster::start(3);
+    let sluice = Sluice::start(&format!(
+        r#"
+limiter:
+  redis:
+    cluster: {nodes}
+    timeout: 2s
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: login
+    respond: {{ status: 200, body: "ok" }}
+    limits:
+      - {{ name: per-user, key: [{{header: X-User}}], limit: 10, window: 1m }}
+      - {{ name: per-ip, key: [ip], limit: 3, window: 1m }}
+"#,
+        nodes = cluster.urls_yaml()
+    ));
+    let statuses: Vec<u16> = ["a", "b", "c", "a", "b", "c"]
+        .iter()
+        .map(|user| sluice.get("/login", &[("X-User", user)]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    assert_eq!(cluster.zcard("sluice:{login:per-ip:127.0.0.1}"), 3);
+    // The user limit was taken first and given back when the IP limit denied
+    // (asynchronously, so: eventually).
+    for user in ["a", "b", "c"] {
+        let key = format!("sluice:{{login:per-user:{user}}}");
+        wait_until(std::time::Duration::from_secs(5), "the refund", || {
+            cluster.zcard(&key) == 1
+        });
+    }
+}
