@@ -377,3 +377,29 @@ routes:
     assert_eq!(sluice.decisions("login", "per-user", "deny", "redis"), 0);
     assert_eq!(sluice.decisions("login", "per-user", "allow", "redis"), 3);
 }
+
+#[test]
+fn flood_of_twenty_thousand_requests_costs_redis_little() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 100, "1m"));
+    let addr = sluice.addr;
+    let mut statuses = Vec::with_capacity(20_000);
+    for _ in 0..400 {
+        statuses.extend(concurrent(50, move |_| {
+            get(addr, "/sms/x", &[("X-User", "user_1001")])
+        }));
+    }
+    assert_eq!(statuses.len(), 20_000);
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 100);
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 19_900);
+    assert_eq!(upstream.hits(), 100);
+    // Each of the 100 admissions is a Redis call by necessity; after the first
+    // denial the deny cache answers everything (the window outlasts the test).
+    let calls = evalsha_calls(&redis);
+    assert!(
+        calls <= 100 + 60,
+        "Redis saw {calls} calls for 20,000 requests"
+    );
+    assert!(sluice.decisions("sms-send", "per-user", "deny", "deny_cache") >= 19_800);
+}
