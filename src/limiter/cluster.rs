@@ -13,6 +13,7 @@
 //! map comes from `CLUSTER SLOTS` and is refreshed whenever a node fails.
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
+use super::lazy::LazyConnection;
 use super::redis::{instance_id, parse_reply, SLIDING_LOG_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::metrics::RedisMetrics;
@@ -20,10 +21,9 @@ use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -32,9 +32,7 @@ pub struct ClusterLimiter {
     client: ClusterClient,
     budget: Duration,
     script: redis::Script,
-    connection: RwLock<Option<ClusterConnection>>,
-    connecting: AtomicBool,
-    connect_done: Notify,
+    connection: LazyConnection<ClusterConnection>,
     slots: RwLock<Vec<SlotRange>>,
     circuits: Mutex<HashMap<String, Arc<CircuitBreaker>>>,
     member_prefix: String,
@@ -66,9 +64,7 @@ impl ClusterLimiter {
             client,
             budget,
             script: redis::Script::new(SLIDING_LOG_SCRIPT),
-            connection: RwLock::new(None),
-            connecting: AtomicBool::new(false),
-            connect_done: Notify::new(),
+            connection: LazyConnection::new(),
             slots: RwLock::new(Vec::new()),
             circuits: Mutex::new(HashMap::new()),
             member_prefix: instance_id(),
@@ -84,43 +80,37 @@ impl ClusterLimiter {
     }
 
     fn current(&self) -> Option<ClusterConnection> {
-        self.connection
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.connection.current()
     }
 
     async fn connection(self: &Arc<Self>) -> Result<ClusterConnection, LimiterError> {
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        let notified = self.connect_done.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        if !self.connecting.swap(true, Ordering::AcqRel) {
-            let this = Arc::clone(self);
-            tokio::spawn(async move { this.connect().await });
-        }
-        notified.await;
-        self.current()
+        let this = Arc::clone(self);
+        self.connection
+            .get(move || {
+                tokio::spawn(async move { this.connect().await });
+            })
+            .await
             .ok_or_else(|| LimiterError::Io("cannot connect to the Redis Cluster".into()))
     }
 
     async fn connect(self: Arc<Self>) {
-        match tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_connection()).await {
-            Ok(Ok(mut conn)) => {
-                log::info!("connected to the Redis Cluster");
-                self.refresh_slots(&mut conn).await;
-                *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
-            }
-            Ok(Err(e)) => log::debug!("cannot connect to the Redis Cluster: {e}"),
-            Err(_) => log::debug!("cannot connect to the Redis Cluster within {CONNECT_TIMEOUT:?}"),
-        }
-        self.connecting.store(false, Ordering::Release);
-        self.connect_done.notify_waiters();
+        let conn =
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_connection()).await {
+                Ok(Ok(mut conn)) => {
+                    log::info!("connected to the Redis Cluster");
+                    self.refresh_slots(&mut conn).await;
+                    Some(conn)
+                }
+                Ok(Err(e)) => {
+                    log::debug!("cannot connect to the Redis Cluster: {e}");
+                    None
+                }
+                Err(_) => {
+                    log::debug!("cannot connect to the Redis Cluster within {CONNECT_TIMEOUT:?}");
+                    None
+                }
+            };
+        self.connection.finish(conn);
     }
 
     /// Reloads the slot → primary map from `CLUSTER SLOTS`.

@@ -8,6 +8,7 @@
 pub mod circuit;
 pub mod cluster;
 pub mod deny_cache;
+mod lazy;
 pub mod local;
 pub mod redis;
 

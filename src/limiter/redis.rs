@@ -19,6 +19,7 @@
 //! consume a unit after its client was answered by `on_error`.
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
+use super::lazy::LazyConnection;
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
 use crate::metrics::RedisMetrics;
@@ -26,9 +27,9 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// The sliding-log script (see the file for its contract).
 pub const SLIDING_LOG_SCRIPT: &str = include_str!("sliding_log.lua");
@@ -41,9 +42,7 @@ pub struct RedisLimiter {
     client: redis::Client,
     budget: Duration,
     script: redis::Script,
-    connection: RwLock<Option<MultiplexedConnection>>,
-    connecting: AtomicBool,
-    connect_done: Notify,
+    connection: LazyConnection<MultiplexedConnection>,
     /// Whether the last failed connect was refused (nothing listening).
     connect_refused: AtomicBool,
     circuit: CircuitBreaker,
@@ -75,9 +74,7 @@ impl RedisLimiter {
             client,
             budget: config.timeout,
             script: redis::Script::new(SLIDING_LOG_SCRIPT),
-            connection: RwLock::new(None),
-            connecting: AtomicBool::new(false),
-            connect_done: Notify::new(),
+            connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
             circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
             member_prefix: instance_id(),
@@ -93,34 +90,23 @@ impl RedisLimiter {
     }
 
     fn current(&self) -> Option<MultiplexedConnection> {
-        self.connection
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.connection.current()
     }
 
     fn drop_connection(&self) {
-        *self.connection.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.connection.clear();
     }
 
     /// The shared connection, connecting (once, in the background) if needed.
     async fn connection(self: &Arc<Self>) -> Result<MultiplexedConnection, LimiterError> {
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        let notified = self.connect_done.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        if !self.connecting.swap(true, Ordering::AcqRel) {
-            let this = Arc::clone(self);
-            tokio::spawn(async move { this.connect().await });
-        }
-        // The caller's budget bounds this wait; the connect itself goes on.
-        notified.await;
-        self.current().ok_or_else(|| {
+        let this = Arc::clone(self);
+        let conn = self
+            .connection
+            .get(move || {
+                tokio::spawn(async move { this.connect().await });
+            })
+            .await;
+        conn.ok_or_else(|| {
             if self.connect_refused.load(Ordering::Relaxed) {
                 LimiterError::Refused("cannot connect to Redis".into())
             } else {
@@ -141,23 +127,24 @@ impl RedisLimiter {
                 .get_multiplexed_async_connection_with_config(&config),
         )
         .await;
-        match result {
+        let conn = match result {
             Ok(Ok(conn)) => {
                 log::info!("connected to Redis");
-                *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+                Some(conn)
             }
             Ok(Err(e)) => {
                 self.connect_refused
                     .store(e.is_connection_refusal(), Ordering::Relaxed);
                 log::debug!("cannot connect to Redis: {e}");
+                None
             }
             Err(_) => {
                 self.connect_refused.store(false, Ordering::Relaxed);
                 log::debug!("cannot connect to Redis: no answer within {CONNECT_TIMEOUT:?}");
+                None
             }
-        }
-        self.connecting.store(false, Ordering::Release);
-        self.connect_done.notify_waiters();
+        };
+        self.connection.finish(conn);
     }
 
     async fn evaluate(

@@ -1,0 +1,67 @@
+//! A connection made on first use by one background task at a time.
+//!
+//! Requests that find no connection start (at most) one connect task and wait
+//! for it; the caller's own timeout bounds the wait while the connect goes on,
+//! so a slow connect never holds a request past its budget and never runs
+//! twice at once. Used by the standalone and the cluster Redis backends.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+use tokio::sync::Notify;
+
+/// Slot for a shared, cloneable connection.
+pub(super) struct LazyConnection<C> {
+    slot: RwLock<Option<C>>,
+    connecting: AtomicBool,
+    done: Notify,
+}
+
+impl<C: Clone> LazyConnection<C> {
+    /// An empty slot.
+    pub(super) fn new() -> Self {
+        Self {
+            slot: RwLock::new(None),
+            connecting: AtomicBool::new(false),
+            done: Notify::new(),
+        }
+    }
+
+    /// The connection, if one is established.
+    pub(super) fn current(&self) -> Option<C> {
+        self.slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets the connection; the next `get` connects again.
+    pub(super) fn clear(&self) {
+        *self.slot.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The connection; if there is none, calls `start_connect` (which must
+    /// spawn a task that ends with [`LazyConnection::finish`]) unless a
+    /// connect is already running, and waits for it. `None`: it failed.
+    pub(super) async fn get(&self, start_connect: impl FnOnce()) -> Option<C> {
+        if let Some(conn) = self.current() {
+            return Some(conn);
+        }
+        let notified = self.done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(conn) = self.current() {
+            return Some(conn);
+        }
+        if !self.connecting.swap(true, Ordering::AcqRel) {
+            start_connect();
+        }
+        notified.await;
+        self.current()
+    }
+
+    /// Ends a connect attempt: stores `conn` (if it succeeded) and wakes the waiters.
+    pub(super) fn finish(&self, conn: Option<C>) {
+        if let Some(conn) = conn {
+            *self.slot.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+        }
+        self.connecting.store(false, Ordering::Release);
+        self.done.notify_waiters();
+    }
+}
