@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod identity;
 pub mod keys;
 pub mod limiter;
 pub mod metrics;

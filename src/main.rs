@@ -46,6 +46,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    for warning in &config.warnings {
+        if cli.check {
+            eprintln!("{warning}");
+        } else {
+            log::warn!("{warning}");
+        }
+    }
     if cli.check {
         print_summary(&cli.config, &config);
         return ExitCode::SUCCESS;
@@ -97,7 +104,8 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         upstreams,
         Arc::clone(&decider),
         Arc::clone(&metrics),
-    );
+    )
+    .map_err(|e| format!("identity.jwt key: {e}"))?;
     let mut proxy = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
         gateway,
@@ -176,13 +184,27 @@ fn print_summary(path: &std::path::Path, config: &Config) {
         };
         println!("  route {} {target}", route.name);
         for limit in &route.limits {
-            println!(
-                "    limit {}: {} per {} ({})",
-                limit.name,
-                limit.limit,
-                format_duration(limit.window),
-                limit.algorithm.name()
-            );
+            let rate = match limit.algorithm {
+                sluice::config::Algorithm::Concurrency { lease } => format!(
+                    "{} in flight (lease {})",
+                    limit.limit,
+                    format_duration(lease)
+                ),
+                sluice::config::Algorithm::TokenBucket { burst } => format!(
+                    "{} per {}, burst {burst}",
+                    limit.limit,
+                    format_duration(limit.window)
+                ),
+                _ => format!("{} per {}", limit.limit, format_duration(limit.window)),
+            };
+            let mut notes = vec![limit.algorithm.name().to_string()];
+            if let Some(share) = &limit.share {
+                notes.push(format!("shared as {share}"));
+            }
+            if limit.shadow {
+                notes.push("shadow".into());
+            }
+            println!("    limit {}: {rate} ({})", limit.name, notes.join(", "));
         }
     }
 }

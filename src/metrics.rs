@@ -44,6 +44,8 @@ pub enum DecisionLabel {
     Allow,
     /// Denied.
     Deny,
+    /// A shadow limit would have denied; the request was not denied for it.
+    ShadowDeny,
 }
 
 /// Pre-resolved decision counters of one limit, indexed by decision and source,
@@ -55,13 +57,17 @@ pub struct LimitCounters {
 
 impl LimitCounters {
     /// Adds one to the counter of (`decision`, `source`).
+    /// `ShadowDeny` counts only on counters made with `shadow: true`.
     pub fn inc(&self, decision: DecisionLabel, source: Source) {
         let row = match decision {
             DecisionLabel::Allow => 0,
             DecisionLabel::Deny => 1,
+            DecisionLabel::ShadowDeny => 2,
         };
         let column = Source::ALL.iter().position(|s| *s == source).unwrap_or(0);
-        self.counters[row * Source::ALL.len() + column].inc();
+        if let Some(counter) = self.counters.get(row * Source::ALL.len() + column) {
+            counter.inc();
+        }
     }
 }
 
@@ -149,10 +155,16 @@ impl Metrics {
     }
 
     /// Counters for one limit of one route, created at zero so that dashboards
-    /// and alerts see every series from the start.
-    pub fn limit_counters(&self, route: &str, limit: &str) -> LimitCounters {
-        let mut counters = Vec::with_capacity(2 * Source::ALL.len());
-        for decision in ["allow", "deny"] {
+    /// and alerts see every series from the start. A `shadow` limit also has
+    /// `decision="shadow_deny"` series.
+    pub fn limit_counters(&self, route: &str, limit: &str, shadow: bool) -> LimitCounters {
+        let decisions: &[&str] = if shadow {
+            &["allow", "deny", "shadow_deny"]
+        } else {
+            &["allow", "deny"]
+        };
+        let mut counters = Vec::with_capacity(decisions.len() * Source::ALL.len());
+        for &decision in decisions {
             for source in Source::ALL {
                 counters.push(self.decisions.with_label_values(&[
                     route,
@@ -188,7 +200,7 @@ mod tests {
             .with_label_values(&["r"])
             .observe(0.01);
         metrics
-            .limit_counters("r", "l")
+            .limit_counters("r", "l", false)
             .inc(DecisionLabel::Deny, Source::Local);
         metrics.redis.duration.observe(0.001);
         let text = String::from_utf8(metrics.encode()).unwrap();

@@ -5,7 +5,8 @@
 //! 503, or a `respond:` route). `response_filter` adds the rate-limit headers
 //! to proxied responses; `logging` counts every request.
 
-use crate::config::{Config, HeaderStyle, IdentityConfig, LimitConfig, OnMissing, RouteAction};
+use crate::config::{Algorithm, Config, HeaderStyle, LimitConfig, OnMissing, RouteAction};
+use crate::identity::{Identity, User};
 use crate::keys::{build_key, ClientIpResolver, RequestParts};
 use crate::limiter::{Decider, Decision, LimitCheck, Outcome, Source};
 use crate::metrics::{DecisionLabel, LimitCounters, Metrics};
@@ -29,7 +30,7 @@ pub struct Gateway {
     compiled: Vec<CompiledRoute>,
     upstreams: Vec<Upstream>,
     client_ip: ClientIpResolver,
-    identity: IdentityConfig,
+    identity: Identity,
     key_prefix: String,
     deny_status: u16,
     header_style: HeaderStyle,
@@ -54,25 +55,34 @@ struct CompiledLimit {
 pub struct RequestCtx {
     route: Option<usize>,
     started: Instant,
-    rate: Option<RateHeaders>,
+    /// (limit index, decision) of the enforced limits that applied, most
+    /// restrictive (least remaining) first: what the headers report.
+    rate: Vec<(usize, Decision)>,
+    /// Concurrency leases to release when the response ends.
+    leases: Option<HeldLeases>,
 }
 
-/// The legacy headers of the most restrictive limit.
-#[derive(Debug, Clone, Copy)]
-struct RateHeaders {
-    limit: u64,
-    remaining: u64,
-    reset: Duration,
+/// The concurrency leases an admitted request holds.
+struct HeldLeases {
+    keys: Vec<(usize, String)>,
+    outcome: Outcome,
+}
+
+/// Why keys could not be built for a request.
+enum KeyError {
+    /// `identity.jwt.required` and no valid token.
+    Unauthorized,
 }
 
 impl Gateway {
     /// Builds the gateway. `upstreams` must be in `config.upstreams` order.
+    /// Fails only if JWT key material that validation accepted does not parse.
     pub fn new(
         config: &Config,
         upstreams: Vec<Upstream>,
         decider: Arc<Decider>,
         metrics: Arc<Metrics>,
-    ) -> Self {
+    ) -> std::result::Result<Self, jsonwebtoken::errors::Error> {
         let compiled = config
             .routes
             .iter()
@@ -84,7 +94,7 @@ impl Gateway {
                     .iter()
                     .map(|limit| CompiledLimit {
                         config: limit.clone(),
-                        counters: metrics.limit_counters(&route.name, &limit.name),
+                        counters: metrics.limit_counters(&route.name, &limit.name, limit.shadow),
                     })
                     .collect(),
                 duration: metrics
@@ -92,25 +102,29 @@ impl Gateway {
                     .with_label_values(&[route.name.as_str()]),
             })
             .collect();
-        Self {
+        Ok(Self {
             routes: RouteTable::new(&config.routes),
             compiled,
             upstreams,
             client_ip: ClientIpResolver::new(&config.client_ip),
-            identity: config.identity.clone(),
+            identity: Identity::new(&config.identity)?,
             key_prefix: config.limiter.redis.key_prefix.clone(),
             deny_status: config.response.status,
             header_style: config.response.headers,
             unmatched_duration: metrics.request_duration.with_label_values(&["_unmatched"]),
             decider,
             metrics,
-        }
+        })
     }
 
     /// Builds the counter keys of the route's limits for this request, as
     /// (limit index, key). Limits whose key part is missing with
     /// `on_missing: skip` are left out.
-    fn limit_keys(&self, route: &CompiledRoute, session: &Session) -> Vec<(usize, String)> {
+    fn limit_keys(
+        &self,
+        route: &CompiledRoute,
+        session: &Session,
+    ) -> std::result::Result<Vec<(usize, String)>, KeyError> {
         let req = session.req_header();
         let peer = session
             .client_addr()
@@ -122,55 +136,83 @@ impl Gateway {
             .client_ip
             .client_ip(peer, forwarded.iter().map(|v| v.as_bytes()));
         let ip_text = self.client_ip.key_text(client);
-        let user = match &self.identity {
-            IdentityConfig::Header(name) if self.client_ip.is_trusted(peer) => {
-                req.headers.get(name.as_str()).map(|v| v.as_bytes())
-            }
-            _ => None,
-        };
         let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
+        let user = self.identity.user(header, self.client_ip.is_trusted(peer));
+        let user = match user {
+            User::Known(user) => Some(user),
+            User::Invalid(_) | User::Absent if self.identity.required() => {
+                return Err(KeyError::Unauthorized)
+            }
+            User::Invalid(reason) => {
+                log::debug!("identity ignored: {reason}");
+                None
+            }
+            User::Absent => None,
+        };
         let parts = RequestParts {
             ip: &ip_text,
-            user,
+            user: user.as_deref(),
             method: req.method.as_str(),
             path: req.uri.path().as_bytes(),
             header: &header,
         };
-        route
+        Ok(route
             .limits
             .iter()
             .enumerate()
             .filter_map(|(i, limit)| {
                 let c = &limit.config;
+                // A shared counter is named by its share, under the route
+                // name `*`, which no route can have.
+                let (scope, name) = match &c.share {
+                    Some(share) => ("*", share.as_str()),
+                    None => (route.name.as_str(), c.name.as_str()),
+                };
                 build_key(
                     &self.key_prefix,
-                    &route.name,
-                    &c.name,
+                    scope,
+                    name,
                     &c.key,
                     &parts,
                     c.on_missing == OnMissing::Ip,
                 )
                 .map(|key| (i, key))
             })
+            .collect())
+    }
+
+    fn checks<'k>(route: &CompiledRoute, keys: &'k [(usize, String)]) -> Vec<LimitCheck<'k>> {
+        keys.iter()
+            .map(|(i, key)| {
+                let c = &route.limits[*i].config;
+                LimitCheck {
+                    key,
+                    limit: c.limit,
+                    window: c.window,
+                    cost: c.cost,
+                    algorithm: c.algorithm,
+                    shadow: c.shadow,
+                }
+            })
             .collect()
     }
 
     fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) {
-        let admitted = outcome.admitted();
+        let admitted = outcome.admitted;
         match outcome.source {
             Source::Redis | Source::DenyCache | Source::Local => {
                 for ((i, _), decision) in keys.iter().zip(&outcome.decisions) {
+                    let limit = &route.limits[*i];
                     // A denied request is counted against the limits that denied it;
-                    // the others neither admitted it nor consumed anything.
-                    if admitted {
-                        route.limits[*i]
-                            .counters
-                            .inc(DecisionLabel::Allow, outcome.source);
-                    } else if !decision.allowed {
-                        route.limits[*i]
-                            .counters
-                            .inc(DecisionLabel::Deny, outcome.source);
-                    }
+                    // the others neither admitted it nor consumed anything. A shadow
+                    // limit that would deny counts shadow_deny, whatever the others did.
+                    let label = match (limit.config.shadow, decision.allowed, admitted) {
+                        (true, false, _) => DecisionLabel::ShadowDeny,
+                        (_, _, true) => DecisionLabel::Allow,
+                        (false, false, false) => DecisionLabel::Deny,
+                        (_, true, false) => continue,
+                    };
+                    limit.counters.inc(label, outcome.source);
                 }
             }
             Source::FailOpen | Source::FailClosed => {
@@ -186,30 +228,70 @@ impl Gateway {
         }
     }
 
-    fn rate_headers(
+    /// The enforced limits' decisions, most restrictive first.
+    fn rate_entries(
         route: &CompiledRoute,
         keys: &[(usize, String)],
         decisions: &[Decision],
-    ) -> Option<RateHeaders> {
-        keys.iter()
+    ) -> Vec<(usize, Decision)> {
+        let mut entries: Vec<(usize, Decision)> = keys
+            .iter()
             .zip(decisions)
-            .map(|((i, _), d)| RateHeaders {
-                limit: route.limits[*i].config.limit,
-                remaining: d.remaining,
-                reset: d.reset,
-            })
-            .min_by_key(|h| h.remaining)
+            .filter(|((i, _), _)| !route.limits[*i].config.shadow)
+            .map(|((i, _), d)| (*i, *d))
+            .collect();
+        entries.sort_by_key(|(_, d)| d.remaining);
+        entries
     }
 
-    fn legacy_headers(&self, rate: Option<RateHeaders>) -> Vec<(&'static str, String)> {
-        match (self.header_style, rate) {
-            (HeaderStyle::Legacy, Some(rate)) => vec![
-                ("x-ratelimit-limit", rate.limit.to_string()),
-                ("x-ratelimit-remaining", rate.remaining.to_string()),
-                ("x-ratelimit-reset", ceil_secs(rate.reset).to_string()),
-            ],
-            _ => Vec::new(),
+    /// The configured rate-limit headers (DESIGN §6) for `entries`.
+    fn rate_headers(
+        &self,
+        route: Option<&CompiledRoute>,
+        entries: &[(usize, Decision)],
+    ) -> Vec<(&'static str, String)> {
+        let (Some(route), Some((first, most))) = (route, entries.first()) else {
+            return Vec::new();
+        };
+        let mut headers = Vec::new();
+        if matches!(self.header_style, HeaderStyle::Legacy | HeaderStyle::Both) {
+            headers.push((
+                "x-ratelimit-limit",
+                route.limits[*first].config.limit.to_string(),
+            ));
+            headers.push(("x-ratelimit-remaining", most.remaining.to_string()));
+            headers.push(("x-ratelimit-reset", ceil_secs(most.reset).to_string()));
         }
+        if matches!(self.header_style, HeaderStyle::Draft | HeaderStyle::Both) {
+            let mut policy = String::new();
+            let mut state = String::new();
+            for (n, (i, d)) in entries.iter().enumerate() {
+                let c = &route.limits[*i].config;
+                if n > 0 {
+                    policy.push_str(", ");
+                    state.push_str(", ");
+                }
+                // Names are [a-z0-9_-]+: valid inside an sf-string as they are.
+                policy.push_str(&format!("\"{}\";q={}", c.name, c.limit));
+                if !matches!(c.algorithm, Algorithm::Concurrency { .. }) {
+                    policy.push_str(&format!(";w={}", ceil_secs(c.window).max(1)));
+                }
+                let t = if d.allowed {
+                    d.reset
+                } else {
+                    d.retry_after.max(d.reset)
+                };
+                state.push_str(&format!(
+                    "\"{}\";r={};t={}",
+                    c.name,
+                    d.remaining,
+                    ceil_secs(t)
+                ));
+            }
+            headers.push(("ratelimit-policy", policy));
+            headers.push(("ratelimit", state));
+        }
+        headers
     }
 }
 
@@ -255,7 +337,8 @@ impl ProxyHttp for Gateway {
         RequestCtx {
             route: None,
             started: Instant::now(),
-            rate: None,
+            rate: Vec::new(),
+            leases: None,
         }
     }
 
@@ -284,23 +367,25 @@ impl ProxyHttp for Gateway {
         let route = &self.compiled[index];
 
         if !route.limits.is_empty() {
-            let keys = self.limit_keys(route, session);
+            let keys = match self.limit_keys(route, session) {
+                Ok(keys) => keys,
+                Err(KeyError::Unauthorized) => {
+                    respond(
+                        session,
+                        401,
+                        JSON,
+                        &[("www-authenticate", r#"Bearer error="invalid_token""#.into())],
+                        Bytes::from_static(br#"{"error":"unauthorized"}"#),
+                    )
+                    .await?;
+                    return Ok(true);
+                }
+            };
             if !keys.is_empty() {
-                let checks: Vec<LimitCheck<'_>> = keys
-                    .iter()
-                    .map(|(i, key)| {
-                        let c = &route.limits[*i].config;
-                        LimitCheck {
-                            key,
-                            limit: c.limit,
-                            window: c.window,
-                            cost: c.cost,
-                        }
-                    })
-                    .collect();
+                let checks = Self::checks(route, &keys);
                 let outcome = self.decider.decide(&checks).await;
                 Self::count_decisions(route, &keys, &outcome);
-                ctx.rate = Self::rate_headers(route, &keys, &outcome.decisions);
+                ctx.rate = Self::rate_entries(route, &keys, &outcome.decisions);
 
                 if outcome.source == Source::FailClosed {
                     let body = format!(
@@ -317,17 +402,18 @@ impl ProxyHttp for Gateway {
                     .await?;
                     return Ok(true);
                 }
-                if !outcome.admitted() {
-                    let retry_after = ceil_secs(outcome.retry_after()).max(1);
-                    let denying = keys
+                if !outcome.admitted {
+                    // The enforced limit that denies longest names the denial.
+                    let (denying, wait) = keys
                         .iter()
                         .zip(&outcome.decisions)
-                        .filter(|(_, d)| !d.allowed)
+                        .filter(|((i, _), d)| !d.allowed && !route.limits[*i].config.shadow)
                         .max_by_key(|(_, d)| d.retry_after)
-                        .map(|((i, _), _)| route.limits[*i].config.name.as_str())
-                        .unwrap_or("");
+                        .map(|((i, _), d)| (route.limits[*i].config.name.as_str(), d.retry_after))
+                        .unwrap_or(("", Duration::ZERO));
+                    let retry_after = ceil_secs(wait).max(1);
                     let mut headers = vec![("retry-after", retry_after.to_string())];
-                    headers.extend(self.legacy_headers(ctx.rate));
+                    headers.extend(self.rate_headers(Some(route), &ctx.rate));
                     let body = format!(
                         r#"{{"error":"too_many_requests","route":"{}","limit":"{denying}","retry_after_seconds":{retry_after}}}"#,
                         route.name
@@ -335,11 +421,29 @@ impl ProxyHttp for Gateway {
                     respond(session, self.deny_status, JSON, &headers, body.into()).await?;
                     return Ok(true);
                 }
+                let held: Vec<(usize, String)> = keys
+                    .iter()
+                    .zip(&outcome.decisions)
+                    .filter(|((i, _), d)| {
+                        d.allowed
+                            && matches!(
+                                route.limits[*i].config.algorithm,
+                                Algorithm::Concurrency { .. }
+                            )
+                    })
+                    .map(|((i, key), _)| (*i, key.clone()))
+                    .collect();
+                if !held.is_empty() {
+                    ctx.leases = Some(HeldLeases {
+                        keys: held,
+                        outcome,
+                    });
+                }
             }
         }
 
         if let RouteAction::Respond { status, body } = &route.action {
-            let headers = self.legacy_headers(ctx.rate);
+            let headers = self.rate_headers(Some(route), &ctx.rate);
             let body = Bytes::copy_from_slice(body.as_bytes());
             respond(
                 session,
@@ -409,7 +513,8 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        for (name, value) in self.legacy_headers(ctx.rate) {
+        let route = ctx.route.map(|i| &self.compiled[i]);
+        for (name, value) in self.rate_headers(route, &ctx.rate) {
             upstream_response.insert_header(name, value)?;
         }
         Ok(())
@@ -421,6 +526,11 @@ impl ProxyHttp for Gateway {
         _e: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
+        if let (Some(held), Some(i)) = (ctx.leases.take(), ctx.route) {
+            let route = &self.compiled[i];
+            let checks = Self::checks(route, &held.keys);
+            self.decider.release(&checks, &held.outcome).await;
+        }
         let status = session
             .response_written()
             .map(|r| r.status.as_u16())

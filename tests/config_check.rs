@@ -42,11 +42,15 @@ fn bad_configs_name_file_line_column_and_reason() {
         ("routes:\n  - name: a\n    respond: {}\n  - name: a\n    respond: {}\n", 4, "duplicate route name `a`"),
         ("routes:\n  - name: a\n    upstream: payments\n", 3, "unknown upstream `payments`"),
         (
-            &format!("{ROUTE_HEAD}      - {{name: x, key: [ip], limit: 5, window: 1s, algorithm: token_bucket}}\n"),
+            &format!("{ROUTE_HEAD}      - {{name: x, key: [ip], limit: 5, algorithm: token_bucket}}\n"),
             5,
-            "not supported yet",
+            "needs a `window`",
         ),
-        ("identity:\n  jwt:\n    claim: sub\n", 2, "JWT identity (`identity.jwt`) is not supported yet"),
+        (
+            "identity:\n  jwt:\n    secret_env: SLUICE_TEST_UNSET_SECRET\n",
+            3,
+            "environment variable `SLUICE_TEST_UNSET_SECRET` (the JWT secret) is not set or empty",
+        ),
         ("server:\n  tls:\n    cert: /x.pem\n", 2, "TLS listeners (`server.tls`) is not supported yet"),
         ("limiter:\n  on_error: maybe\n", 2, "unknown variant `maybe`"),
         ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "unknown key part `cookie`"),

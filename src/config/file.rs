@@ -55,9 +55,22 @@ pub struct ClientIpFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityFile {
-    /// Not supported yet.
-    pub jwt: Option<Value>,
+    pub jwt: Option<JwtFile>,
     pub header: Option<String>,
+}
+
+/// `identity.jwt:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtFile {
+    pub header: Option<String>,
+    pub algorithms: Option<Vec<String>>,
+    pub secret_env: Option<String>,
+    pub public_key_file: Option<String>,
+    pub claim: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+    pub leeway: Option<String>,
 }
 
 /// `limiter:`.
@@ -205,14 +218,14 @@ pub struct LimitFile {
     #[serde(default)]
     pub shadow: bool,
     pub cost: Option<u64>,
-    /// Not supported yet (sliding_window).
-    pub buckets: Option<Value>,
-    /// Not supported yet (token_bucket).
-    pub burst: Option<Value>,
-    /// Not supported yet (concurrency).
-    pub lease: Option<Value>,
-    /// Not supported yet (shared counters).
-    pub share: Option<Value>,
+    /// sliding_window only.
+    pub buckets: Option<u32>,
+    /// token_bucket only.
+    pub burst: Option<u64>,
+    /// concurrency only.
+    pub lease: Option<String>,
+    /// Name of a counter shared between routes.
+    pub share: Option<String>,
 }
 
 /// One key part: `ip`, `user`, `method`, `path` or `{header: NAME}`.

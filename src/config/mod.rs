@@ -9,6 +9,7 @@
 pub mod duration;
 pub mod env;
 pub mod file;
+mod jwt;
 pub mod position;
 mod validate;
 
@@ -37,6 +38,9 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// `routes:`, in file order (first match wins).
     pub routes: Vec<RouteConfig>,
+    /// Things that work but deserve the operator's attention, `path:line:column`
+    /// formatted like errors (printed by `--check` and logged at start).
+    pub warnings: Vec<String>,
 }
 
 /// Listeners, threads and shutdown.
@@ -68,6 +72,48 @@ pub enum IdentityConfig {
     None,
     /// A header (lower-case name) set by a trusted auth layer in front of sluice.
     Header(String),
+    /// A verified bearer token's claim.
+    Jwt(JwtConfig),
+}
+
+/// `identity.jwt`: how bearer tokens are verified.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JwtConfig {
+    /// Lower-case header carrying `Bearer <token>`.
+    pub header: String,
+    /// Accepted signature algorithms (one key family).
+    pub algorithms: Vec<jsonwebtoken::Algorithm>,
+    /// The verification key: the HMAC secret, or a PEM public key.
+    pub key: JwtKey,
+    /// The claim whose value becomes the key part `user`.
+    pub claim: String,
+    /// Answer 401 when the token is missing or invalid.
+    pub required: bool,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+/// Key material for JWT verification. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub enum JwtKey {
+    /// HMAC secret bytes (HS256/384/512).
+    Secret(Vec<u8>),
+    /// RSA public key, PEM (RS*, PS*).
+    RsaPem(Vec<u8>),
+    /// EC public key, PEM (ES256/384).
+    EcPem(Vec<u8>),
+}
+
+impl fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JwtConfig")
+            .field("header", &self.header)
+            .field("algorithms", &self.algorithms)
+            .field("claim", &self.claim)
+            .field("required", &self.required)
+            .field("leeway", &self.leeway)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Which limiter answers decisions.
@@ -127,6 +173,10 @@ pub struct RedisConfig {
 pub enum HeaderStyle {
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
     Legacy,
+    /// IETF `RateLimit-Policy` and `RateLimit`.
+    Draft,
+    /// Legacy and draft.
+    Both,
     /// No rate-limit headers (Retry-After is still sent on denial).
     None,
 }
@@ -212,11 +262,28 @@ pub enum KeyPart {
     Header(String),
 }
 
-/// Limiting algorithm.
+/// Limiting algorithm, with its own parameters (DESIGN §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
     /// Exact sliding log (sorted set of admit times).
     SlidingLog,
+    /// Sub-window counters; `buckets` ≥ 1 divides the window (in µs) exactly.
+    SlidingWindow {
+        /// Number of sub-windows.
+        buckets: u32,
+    },
+    /// One counter per epoch-aligned window.
+    FixedWindow,
+    /// GCRA: refills `limit` per `window`, holds at most `burst` (≥ cost).
+    TokenBucket {
+        /// Bucket capacity in units.
+        burst: u64,
+    },
+    /// At most `limit` units in flight; a lease ends by itself after `lease`.
+    Concurrency {
+        /// How long a lease lives if its response never completes.
+        lease: Duration,
+    },
 }
 
 impl Algorithm {
@@ -224,7 +291,17 @@ impl Algorithm {
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::Concurrency { .. } => "concurrency",
         }
+    }
+
+    /// Whether a denial stays true until its `retry_after` unless time passes
+    /// (every algorithm but `concurrency`, whose leases end at any moment).
+    pub fn denial_is_timed(self) -> bool {
+        !matches!(self, Algorithm::Concurrency { .. })
     }
 }
 
@@ -282,6 +359,11 @@ pub struct LimitConfig {
     pub on_missing: OnMissing,
     /// Units one request consumes (1..=limit).
     pub cost: u64,
+    /// Count and report, never deny.
+    pub shadow: bool,
+    /// Name of the counter shared with other routes' limits (`share:`); the
+    /// key then names the share instead of the route and limit.
+    pub share: Option<String>,
 }
 
 /// One problem found in a configuration file.
@@ -369,7 +451,14 @@ impl Config {
             serde_yaml::from_str(&expanded).map_err(|e| fail(vec![serde_problem(&e)]))?
         };
         let index = position::PositionIndex::build(&expanded);
-        validate::validate(parsed, &index).map_err(fail)
+        let (mut config, warnings) = validate::validate(parsed, &index).map_err(fail)?;
+        config.warnings = fail(warnings)
+            .to_string()
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(config)
     }
 }
 

@@ -103,18 +103,113 @@ fn duplicates_are_rejected() {
 #[test]
 fn unimplemented_features_say_so() {
     for (text, needle) in [
-        ("identity:\n  jwt: {claim: sub}\n", "JWT identity"),
-        ("limiter:\n  redis:\n    url: \"rediss://a:1\"\n", "TLS to Redis"),
-        ("response:\n  headers: draft\n", "draft"),
-        ("server:\n  tls: {cert: x}\n", "TLS listeners"),
         (
-            "routes:\n  - name: a\n    respond: {}\n    limits:\n      - {name: x, key: [ip], limit: 1, window: 1s, algorithm: token_bucket}\n",
-            "algorithm `token_bucket` is not supported yet",
+            "limiter:\n  redis:\n    url: \"rediss://a:1\"\n",
+            "TLS to Redis",
         ),
+        ("server:\n  tls: {cert: x}\n", "TLS listeners"),
     ] {
         let err = error_of(text);
-        assert!(err.contains(needle) && err.contains("not supported yet"), "{text}: {err}");
+        assert!(
+            err.contains(needle) && err.contains("not supported yet"),
+            "{text}: {err}"
+        );
     }
+}
+
+fn route_with(limits: &str) -> String {
+    format!("routes:\n  - name: a\n    respond: {{}}\n    limits:\n{limits}")
+}
+
+#[test]
+fn algorithms_and_their_parameters() {
+    let config = load(&route_with(
+        "      - {name: w, key: [ip], limit: 100, window: 1s, algorithm: sliding_window, buckets: 20}\n      - {name: f, key: [ip], limit: 5, window: 1s, algorithm: fixed_window}\n      - {name: t, key: [ip], limit: 5, window: 1s, algorithm: token_bucket, burst: 10, cost: 8}\n      - {name: c, key: [ip], limit: 2, algorithm: concurrency, lease: 5s}\n      - {name: s, key: [ip], limit: 2, window: 1s, shadow: true, share: global}\n",
+    ))
+    .unwrap();
+    let limits = &config.routes[0].limits;
+    assert_eq!(
+        limits[0].algorithm,
+        Algorithm::SlidingWindow { buckets: 20 }
+    );
+    assert_eq!(limits[1].algorithm, Algorithm::FixedWindow);
+    assert_eq!(limits[2].algorithm, Algorithm::TokenBucket { burst: 10 });
+    assert_eq!(
+        limits[3].algorithm,
+        Algorithm::Concurrency {
+            lease: Duration::from_secs(5)
+        }
+    );
+    assert!(limits[4].shadow);
+    assert_eq!(limits[4].share.as_deref(), Some("global"));
+
+    for (limits, needle) in [
+        (
+            "      - {name: x, key: [ip], limit: 5, window: 1s, burst: 3}\n",
+            "test.yaml:5:59: `burst` applies to algorithm token_bucket only",
+        ),
+        (
+            "      - {name: x, key: [ip], limit: 5, window: 1s, algorithm: concurrency}\n",
+            "concurrency limit has no `window`",
+        ),
+        (
+            "      - {name: x, key: [ip], limit: 5, window: 1s, algorithm: sliding_window, buckets: 7}\n",
+            "does not divide into 7 equal sub-windows",
+        ),
+        (
+            "      - {name: x, key: [ip], limit: 5, window: 1s, algorithm: token_bucket, burst: 2, cost: 3}\n",
+            "`cost` 3 exceeds `burst` 2",
+        ),
+        (
+            "      - {name: x, key: [ip], limit: 5, window: 1s, share: g}\n      - {name: y, key: [ip], limit: 5, window: 1s, share: g}\n",
+            "uses share `g` twice",
+        ),
+    ] {
+        let err = error_of(&route_with(limits));
+        assert!(err.contains(needle), "{limits}: {err}");
+    }
+}
+
+#[test]
+fn shares_must_count_alike() {
+    let text = "routes:\n  - name: a\n    respond: {}\n    limits: [{name: x, key: [ip], limit: 5, window: 1s, share: g}]\n  - name: b\n    respond: {}\n    limits: [{name: y, key: [ip], limit: 5, window: 1s, share: g, cost: 2}]\n  - name: c\n    respond: {}\n    limits: [{name: z, key: [ip], limit: 6, window: 1s, share: g}]\n";
+    let err = error_of(text);
+    assert!(
+        err.contains("test.yaml:10:") && err.contains("route `a` limit `x`"),
+        "{err}"
+    );
+    assert!(!err.contains("test.yaml:7:"), "{err}");
+}
+
+#[test]
+fn large_sliding_logs_warn() {
+    let config = load(&route_with(
+        "      - {name: x, key: [ip], limit: 50000, window: 1h}\n",
+    ))
+    .unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0].starts_with("test.yaml:5:37: warning: a sliding_log limit of 50000")
+            && config.warnings[0].contains("sliding_window"),
+        "{:?}",
+        config.warnings
+    );
+}
+
+#[test]
+fn jwt_needs_its_key() {
+    let err = error_of("identity:\n  jwt: {secret_env: SLUICE_TEST_NEVER_SET, claim: sub}\n");
+    assert!(
+        err.contains("test.yaml:2:21: environment variable `SLUICE_TEST_NEVER_SET`"),
+        "{err}"
+    );
+    let err = error_of("identity:\n  jwt: {algorithms: [none]}\n");
+    assert!(err.contains("`none` is never accepted"), "{err}");
+    let err = error_of("identity:\n  jwt: {algorithms: [HS256, RS256]}\n");
+    assert!(err.contains("one kind of key"), "{err}");
+    let err =
+        error_of("identity:\n  jwt: {algorithms: [ES256], public_key_file: /nonexistent.pem}\n");
+    assert!(err.contains("cannot read `/nonexistent.pem`"), "{err}");
 }
 
 #[test]

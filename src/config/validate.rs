@@ -10,13 +10,22 @@ use std::net::ToSocketAddrs;
 const NOT_YET: &str = "is not supported yet";
 
 /// Collects problems with their paths, resolved to positions at the end.
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     index: &'a PositionIndex,
     problems: Vec<Problem>,
+    warnings: Vec<Problem>,
 }
 
 impl Checker<'_> {
-    fn problem(&mut self, path: &str, message: impl Into<String>) {
+    pub(super) fn warning(&mut self, path: &str, message: impl Into<String>) {
+        let position = self.index.find(path).map(|p| (p.line, p.column));
+        self.warnings.push(Problem {
+            position,
+            message: format!("warning: {}", message.into()),
+        });
+    }
+
+    pub(super) fn problem(&mut self, path: &str, message: impl Into<String>) {
         let position = self.index.find(path).map(|p| (p.line, p.column));
         self.problems.push(Problem {
             position,
@@ -24,7 +33,12 @@ impl Checker<'_> {
         });
     }
 
-    fn duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        path: &str,
+        text: Option<&str>,
+        default: Duration,
+    ) -> Duration {
         match text {
             None => default,
             Some(text) => match parse_duration(text) {
@@ -63,10 +77,15 @@ fn leaf(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
 
-pub(super) fn validate(file: FileConfig, index: &PositionIndex) -> Result<Config, Vec<Problem>> {
+/// Validates `file`; on success also returns the warnings.
+pub(super) fn validate(
+    file: FileConfig,
+    index: &PositionIndex,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
     let mut c = Checker {
         index,
         problems: Vec::new(),
+        warnings: Vec::new(),
     };
 
     let server = server(&mut c, &file.server);
@@ -91,17 +110,22 @@ pub(super) fn validate(file: FileConfig, index: &PositionIndex) -> Result<Config
         }
         routes.push(route(&mut c, &path, r, &upstreams));
     }
+    check_shares(&mut c, &routes);
 
     if c.problems.is_empty() {
-        Ok(Config {
-            server,
-            client_ip,
-            identity,
-            limiter,
-            response,
-            upstreams,
-            routes,
-        })
+        Ok((
+            Config {
+                server,
+                client_ip,
+                identity,
+                limiter,
+                response,
+                upstreams,
+                routes,
+                warnings: Vec::new(),
+            },
+            c.warnings,
+        ))
     } else {
         Err(c.problems)
     }
@@ -186,9 +210,15 @@ fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityConfig {
     let Some(f) = f else {
         return IdentityConfig::None;
     };
-    c.not_supported("identity.jwt", &f.jwt, "JWT identity (`identity.jwt`)");
-    match &f.header {
-        Some(name) => {
+    match (&f.header, &f.jwt) {
+        (Some(_), Some(_)) => {
+            c.problem(
+                "identity",
+                "`identity` has either `header` or `jwt`, not both",
+            );
+            IdentityConfig::None
+        }
+        (Some(name), None) => {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 c.problem(
                     "identity.header",
@@ -197,10 +227,9 @@ fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityConfig {
             }
             IdentityConfig::Header(name.to_ascii_lowercase())
         }
-        None => {
-            if f.jwt.is_none() {
-                c.problem("identity", "`identity` needs `header` (or `jwt`)");
-            }
+        (None, Some(jwt)) => super::jwt::validate(c, jwt),
+        (None, None) => {
+            c.problem("identity", "`identity` needs `header` or `jwt`");
             IdentityConfig::None
         }
     }
@@ -329,13 +358,8 @@ fn response(c: &mut Checker, f: &ResponseFile) -> ResponseConfig {
     let headers = match f.headers.unwrap_or(HeaderStyleFile::Legacy) {
         HeaderStyleFile::Legacy => HeaderStyle::Legacy,
         HeaderStyleFile::None => HeaderStyle::None,
-        HeaderStyleFile::Draft | HeaderStyleFile::Both => {
-            c.problem(
-                "response.headers",
-                format!("IETF draft rate-limit headers (`draft`, `both`) {NOT_YET}"),
-            );
-            HeaderStyle::Legacy
-        }
+        HeaderStyleFile::Draft => HeaderStyle::Draft,
+        HeaderStyleFile::Both => HeaderStyle::Both,
     };
     ResponseConfig { status, headers }
 }
@@ -543,40 +567,24 @@ fn checked_path(c: &mut Checker, path: &str, value: &str) -> String {
 
 fn limit(c: &mut Checker, path: &str, f: &LimitFile) -> LimitConfig {
     c.name(&format!("{path}.name"), &f.name, "limit");
-    let algorithm = match f.algorithm.unwrap_or(AlgorithmFile::SlidingLog) {
-        AlgorithmFile::SlidingLog => Algorithm::SlidingLog,
-        other => {
-            let name = match other {
-                AlgorithmFile::SlidingWindow => "sliding_window",
-                AlgorithmFile::FixedWindow => "fixed_window",
-                AlgorithmFile::TokenBucket => "token_bucket",
-                _ => "concurrency",
-            };
+    let kind = f.algorithm.unwrap_or(AlgorithmFile::SlidingLog);
+    let only = |c: &mut Checker, field: &str, present: bool, owner: AlgorithmFile| {
+        if present && !matches_kind(kind, owner) {
             c.problem(
-                &format!("{path}.algorithm"),
-                format!("algorithm `{name}` {NOT_YET} (use sliding_log)"),
+                &format!("{path}.{field}"),
+                format!("`{field}` applies to algorithm {} only", kind_name(owner)),
             );
-            Algorithm::SlidingLog
         }
     };
-    c.not_supported(
-        &format!("{path}.buckets"),
-        &f.buckets,
-        "`buckets` (sliding_window)",
+    only(
+        c,
+        "buckets",
+        f.buckets.is_some(),
+        AlgorithmFile::SlidingWindow,
     );
-    c.not_supported(&format!("{path}.burst"), &f.burst, "`burst` (token_bucket)");
-    c.not_supported(&format!("{path}.lease"), &f.lease, "`lease` (concurrency)");
-    c.not_supported(
-        &format!("{path}.share"),
-        &f.share,
-        "`share` (counters shared between routes)",
-    );
-    if f.shadow {
-        c.problem(
-            &format!("{path}.shadow"),
-            format!("shadow mode (`shadow: true`) {NOT_YET}"),
-        );
-    }
+    only(c, "burst", f.burst.is_some(), AlgorithmFile::TokenBucket);
+    only(c, "lease", f.lease.is_some(), AlgorithmFile::Concurrency);
+
     if f.key.is_empty() {
         c.problem(
             &format!("{path}.key"),
@@ -607,31 +615,109 @@ fn limit(c: &mut Checker, path: &str, f: &LimitFile) -> LimitConfig {
             "`limit` must be at least 1 (to block a route, use `respond` with a 403)",
         );
     }
+    let is_concurrency = matches!(kind, AlgorithmFile::Concurrency);
     const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
-    let window = match &f.window {
-        None => {
+    let window = match (&f.window, is_concurrency) {
+        (Some(_), true) => {
+            c.problem(
+                &format!("{path}.window"),
+                "a concurrency limit has no `window` (it limits requests in flight; `lease` bounds how long one is held)",
+            );
+            Duration::ZERO
+        }
+        (None, true) => Duration::ZERO,
+        (None, false) => {
             c.problem(
                 path,
                 format!("limit `{}` needs a `window` (such as 10s or 1m)", f.name),
             );
             Duration::from_secs(1)
         }
-        Some(text) => c.duration(
-            &format!("{path}.window"),
-            Some(text),
-            Duration::from_secs(1),
-        ),
+        (Some(text), false) => {
+            let window = c.duration(
+                &format!("{path}.window"),
+                Some(text),
+                Duration::from_secs(1),
+            );
+            if window < Duration::from_millis(1) {
+                c.problem(&format!("{path}.window"), "`window` must be at least 1ms");
+            }
+            if window > MAX_WINDOW {
+                c.problem(&format!("{path}.window"), "`window` must be at most 366d");
+            }
+            window
+        }
     };
-    if f.window.is_some() && window < Duration::from_millis(1) {
-        c.problem(&format!("{path}.window"), "`window` must be at least 1ms");
-    }
-    if window > MAX_WINDOW {
-        c.problem(&format!("{path}.window"), "`window` must be at most 366d");
-    }
     let cost = f.cost.unwrap_or(1);
+    let algorithm = match kind {
+        AlgorithmFile::SlidingLog => {
+            const MAX_LOG: u64 = 1_000_000;
+            const LARGE_LOG: u64 = 10_000;
+            if f.limit > MAX_LOG {
+                c.problem(
+                    &format!("{path}.limit"),
+                    format!("a sliding_log limit keeps one entry per admitted unit; {} per window is too many (at most {MAX_LOG}); use algorithm: sliding_window", f.limit),
+                );
+            } else if f.limit > LARGE_LOG {
+                c.warning(
+                    &format!("{path}.limit"),
+                    format!(
+                        "a sliding_log limit of {} keeps up to {} entries (about {} KiB) per key in Redis; algorithm: sliding_window needs {} counters per key whatever the limit",
+                        f.limit,
+                        f.limit,
+                        f.limit * 100 / 1024,
+                        DEFAULT_BUCKETS + 1
+                    ),
+                );
+            }
+            Algorithm::SlidingLog
+        }
+        AlgorithmFile::SlidingWindow => {
+            let buckets = f.buckets.unwrap_or(DEFAULT_BUCKETS);
+            if !(1..=1000).contains(&buckets) {
+                c.problem(
+                    &format!("{path}.buckets"),
+                    "`buckets` must be between 1 and 1000",
+                );
+            } else if !window.as_micros().is_multiple_of(u128::from(buckets)) {
+                c.problem(
+                    &format!("{path}.buckets"),
+                    format!(
+                        "`window` {} does not divide into {buckets} equal sub-windows (whole microseconds); pick a window or a bucket count that divides it",
+                        format_duration(window)
+                    ),
+                );
+            }
+            Algorithm::SlidingWindow { buckets }
+        }
+        AlgorithmFile::FixedWindow => Algorithm::FixedWindow,
+        AlgorithmFile::TokenBucket => {
+            let burst = f.burst.unwrap_or(f.limit);
+            if burst == 0 {
+                c.problem(&format!("{path}.burst"), "`burst` must be at least 1");
+            } else if cost > burst {
+                c.problem(
+                    &format!("{path}.cost"),
+                    format!("`cost` {cost} exceeds `burst` {burst}: no request could ever pass"),
+                );
+            }
+            Algorithm::TokenBucket { burst }
+        }
+        AlgorithmFile::Concurrency => {
+            let lease = c.duration(
+                &format!("{path}.lease"),
+                f.lease.as_deref(),
+                Duration::from_secs(30),
+            );
+            if lease < Duration::from_millis(1) {
+                c.problem(&format!("{path}.lease"), "`lease` must be at least 1ms");
+            }
+            Algorithm::Concurrency { lease }
+        }
+    };
     if cost == 0 {
         c.problem(&format!("{path}.cost"), "`cost` must be at least 1");
-    } else if cost > f.limit && f.limit > 0 {
+    } else if cost > f.limit && f.limit > 0 && !matches!(kind, AlgorithmFile::TokenBucket) {
         c.problem(
             &format!("{path}.cost"),
             format!(
@@ -640,12 +726,8 @@ fn limit(c: &mut Checker, path: &str, f: &LimitFile) -> LimitConfig {
             ),
         );
     }
-    const MAX_LOG: u64 = 1_000_000;
-    if f.limit > MAX_LOG {
-        c.problem(
-            &format!("{path}.limit"),
-            format!("a sliding_log limit keeps one entry per admitted unit; {} per window is too many (at most {MAX_LOG})", f.limit),
-        );
+    if let Some(share) = &f.share {
+        c.name(&format!("{path}.share"), share, "share");
     }
     let on_missing = match f.on_missing.unwrap_or(OnMissingFile::Ip) {
         OnMissingFile::Ip => OnMissing::Ip,
@@ -659,5 +741,66 @@ fn limit(c: &mut Checker, path: &str, f: &LimitFile) -> LimitConfig {
         algorithm,
         on_missing,
         cost,
+        shadow: f.shadow,
+        share: f.share.clone(),
+    }
+}
+
+const DEFAULT_BUCKETS: u32 = 10;
+
+fn matches_kind(kind: AlgorithmFile, owner: AlgorithmFile) -> bool {
+    std::mem::discriminant(&kind) == std::mem::discriminant(&owner)
+}
+
+fn kind_name(kind: AlgorithmFile) -> &'static str {
+    match kind {
+        AlgorithmFile::SlidingLog => "sliding_log",
+        AlgorithmFile::SlidingWindow => "sliding_window",
+        AlgorithmFile::FixedWindow => "fixed_window",
+        AlgorithmFile::TokenBucket => "token_bucket",
+        AlgorithmFile::Concurrency => "concurrency",
+    }
+}
+
+/// Limits naming the same `share` use one counter, so they must count the
+/// same way: same algorithm, limit, window and key parts (cost may differ).
+fn check_shares(c: &mut Checker, routes: &[RouteConfig]) {
+    let mut first: std::collections::HashMap<&str, (usize, usize)> = Default::default();
+    for (r, route) in routes.iter().enumerate() {
+        let mut in_route = HashSet::new();
+        for (l, limit) in route.limits.iter().enumerate() {
+            let Some(share) = limit.share.as_deref() else {
+                continue;
+            };
+            let path = format!("routes[{r}].limits[{l}].share");
+            if !in_route.insert(share) {
+                c.problem(
+                    &path,
+                    format!("route `{}` uses share `{share}` twice", route.name),
+                );
+                continue;
+            }
+            match first.get(share) {
+                None => {
+                    first.insert(share, (r, l));
+                }
+                Some(&(fr, fl)) => {
+                    let other = &routes[fr].limits[fl];
+                    let same = other.algorithm == limit.algorithm
+                        && other.limit == limit.limit
+                        && other.window == limit.window
+                        && other.key == limit.key;
+                    if !same {
+                        c.problem(
+                            &path,
+                            format!(
+                                "share `{share}` is also used by route `{}` limit `{}` with a different algorithm, limit, window or key; limits sharing a counter must count alike (only `cost` may differ)",
+                                routes[fr].name, other.name
+                            ),
+                        );
+                    }
+                }
+            }
+        }
     }
 }

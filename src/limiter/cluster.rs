@@ -3,8 +3,9 @@
 //! Every limit's key carries a hash tag over all of it (see `keys`), so one
 //! key lives in one slot on one primary. Scripts cannot span slots, so the
 //! limits of one request are decided one script per key, in order; if one
-//! denies, the units the earlier ones took are refunded (`ZREM` of this
-//! request's members). Between the take and the refund the other limits are
+//! denies, the units the earlier ones took are refunded (the script's refund
+//! mode, per algorithm). Shadow limits are asked too but never stop the
+//! request. Between the take and the refund the other limits are
 //! briefly stricter than exact, never looser. `SCRIPT LOAD` goes to every
 //! node (the redis crate routes it so), and `NOSCRIPT` is handled per call.
 //!
@@ -14,14 +15,13 @@
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
-use super::redis::{instance_id, parse_reply, SLIDING_LOG_SCRIPT};
+use super::redis::{parse_reply, push_args, Mode, DECIDE_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError};
 use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -35,8 +35,6 @@ pub struct ClusterLimiter {
     connection: LazyConnection<ClusterConnection>,
     slots: RwLock<Vec<SlotRange>>,
     circuits: Mutex<HashMap<String, Arc<CircuitBreaker>>>,
-    member_prefix: String,
-    sequence: AtomicU64,
     metrics: RedisMetrics,
 }
 
@@ -63,12 +61,10 @@ impl ClusterLimiter {
         Ok(Self {
             client,
             budget,
-            script: redis::Script::new(SLIDING_LOG_SCRIPT),
+            script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
             slots: RwLock::new(Vec::new()),
             circuits: Mutex::new(HashMap::new()),
-            member_prefix: instance_id(),
-            sequence: AtomicU64::new(0),
             metrics,
         })
     }
@@ -192,20 +188,61 @@ impl ClusterLimiter {
         }
     }
 
-    /// Gives back the units this request took from `keys`.
-    fn refund(&self, conn: &ClusterConnection, taken: Vec<(String, u64)>, member: String) {
-        let mut conn = conn.clone();
+    /// Runs the script on one key (one slot) within `deadline`.
+    async fn call(
+        &self,
+        conn: &ClusterConnection,
+        check: &LimitCheck<'_>,
+        member: &str,
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<redis::Value, LimiterError> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation.key(check.key);
+        push_args(&mut invocation, std::slice::from_ref(check), member, mode);
+        let mut call_conn = conn.clone();
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(
+            left,
+            invocation.invoke_async::<redis::Value>(&mut call_conn),
+        )
+        .await
+        {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(Self::classify(e)),
+            Err(_) => Err(LimiterError::Timeout(self.budget)),
+        }
+    }
+
+    /// Gives back, in the background, the units this request took.
+    fn refund(self: &Arc<Self>, conn: &ClusterConnection, taken: Vec<Taken>, member: &str) {
+        if taken.is_empty() {
+            return;
+        }
+        let this = Arc::clone(self);
+        let conn = conn.clone();
+        let member = member.to_string();
         tokio::spawn(async move {
-            for (key, cost) in taken {
-                let mut zrem = redis::cmd("ZREM");
-                zrem.arg(&key).arg(&member);
-                for j in 2..=cost {
-                    zrem.arg(format!("{member}.{j}"));
-                }
-                let result =
-                    tokio::time::timeout(CONNECT_TIMEOUT, zrem.query_async::<i64>(&mut conn)).await;
-                if !matches!(result, Ok(Ok(_))) {
-                    log::warn!("could not refund a unit of {key}: it stays taken until it leaves the window");
+            for t in taken {
+                let check = LimitCheck {
+                    key: &t.key,
+                    limit: t.limit,
+                    window: t.window,
+                    cost: t.cost,
+                    algorithm: t.algorithm,
+                    shadow: t.shadow,
+                };
+                let deadline = Instant::now() + CONNECT_TIMEOUT;
+                let mode = Mode::Refund { taken_us: t.at_us };
+                if this
+                    .call(&conn, &check, &member, mode, deadline)
+                    .await
+                    .is_err()
+                {
+                    log::warn!(
+                        "could not refund a unit of {}: it stays taken until the limit frees it",
+                        t.key
+                    );
                 }
             }
         });
@@ -214,6 +251,7 @@ impl ClusterLimiter {
     async fn decide(
         self: &Arc<Self>,
         checks: &[LimitCheck<'_>],
+        member: &str,
         deadline: Instant,
     ) -> Result<Vec<Decision>, LimiterError> {
         let conn = self.connection().await?;
@@ -225,41 +263,34 @@ impl ClusterLimiter {
                 return Err(error);
             }
         }
-        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-        let member = format!("{}-{sequence:x}", self.member_prefix);
         let mut decisions = Vec::with_capacity(checks.len());
-        let mut taken: Vec<(String, u64)> = Vec::new();
+        let mut taken: Vec<Taken> = Vec::new();
+        let mut denied = false;
         for (check, node) in checks.iter().zip(&nodes) {
-            let mut invocation = self.script.prepare_invoke();
-            invocation
-                .key(check.key)
-                .arg(&member)
-                .arg(check.limit)
-                .arg(check.window.as_micros() as u64)
-                .arg(check.cost);
-            let mut call_conn = conn.clone();
-            let left = deadline.saturating_duration_since(Instant::now());
-            let reply = match tokio::time::timeout(
-                left,
-                invocation.invoke_async::<Vec<i64>>(&mut call_conn),
-            )
-            .await
-            {
-                Ok(Ok(reply)) => parse_reply(&reply, 1),
-                Ok(Err(e)) => Err(Self::classify(e)),
-                Err(_) => Err(LimiterError::Timeout(self.budget)),
-            };
+            let reply = self
+                .call(&conn, check, member, Mode::Take, deadline)
+                .await
+                .and_then(|value| parse_reply(value, 1));
             match reply {
-                Ok(mut one) => {
+                Ok((mut one, now)) => {
                     if self.circuit(node).on_success() == Transition::Closed {
                         log::info!(
                             "Redis Cluster node {node} answers again: its circuit is closed"
                         );
                     }
                     let decision = one.remove(0);
-                    let denied = !decision.allowed;
-                    if !denied {
-                        taken.push((check.key.to_string(), check.cost));
+                    if decision.allowed {
+                        taken.push(Taken {
+                            key: check.key.to_string(),
+                            limit: check.limit,
+                            window: check.window,
+                            cost: check.cost,
+                            algorithm: check.algorithm,
+                            shadow: check.shadow,
+                            at_us: now,
+                        });
+                    } else if !check.shadow {
+                        denied = true;
                     }
                     decisions.push(decision);
                     if denied {
@@ -273,7 +304,7 @@ impl ClusterLimiter {
                 }
             }
         }
-        if decisions.len() < checks.len() || decisions.iter().any(|d| !d.allowed) {
+        if denied {
             self.refund(&conn, taken, member);
             // Limits after the denying one were not asked: report them as
             // admitting, with nothing consumed.
@@ -290,20 +321,36 @@ impl ClusterLimiter {
     }
 }
 
+/// Units one limit took for a request, to refund if a later limit denies.
+struct Taken {
+    key: String,
+    limit: u64,
+    window: Duration,
+    cost: u64,
+    algorithm: super::Algorithm,
+    shadow: bool,
+    at_us: i64,
+}
+
 #[async_trait]
 impl Limiter for Arc<ClusterLimiter> {
-    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+    async fn check(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> Result<Vec<Decision>, LimiterError> {
         let started = Instant::now();
         let deadline = started + self.budget;
-        let result = match tokio::time::timeout(self.budget, self.decide(checks, deadline)).await {
-            Ok(result) => result,
-            Err(_) => {
-                // Not attributable to one node (connecting, or the map is stale).
-                let error = LimiterError::Timeout(self.budget);
-                self.metrics.errors.with_label_values(&[error.kind()]).inc();
-                Err(error)
-            }
-        };
+        let result =
+            match tokio::time::timeout(self.budget, self.decide(checks, member, deadline)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    // Not attributable to one node (connecting, or the map is stale).
+                    let error = LimiterError::Timeout(self.budget);
+                    self.metrics.errors.with_label_values(&[error.kind()]).inc();
+                    Err(error)
+                }
+            };
         if result.is_ok() {
             self.metrics
                 .duration
@@ -311,6 +358,16 @@ impl Limiter for Arc<ClusterLimiter> {
             self.metrics.up.set(1);
         }
         result
+    }
+
+    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        let conn = self.current().ok_or(LimiterError::CircuitOpen)?;
+        let deadline = Instant::now() + self.budget;
+        for check in checks {
+            self.call(&conn, check, member, Mode::Refund { taken_us: 0 }, deadline)
+                .await?;
+        }
+        Ok(())
     }
 }
 

@@ -7,7 +7,10 @@
 //! until the entry that blocks this request leaves the window, nothing but
 //! time frees units, and every request to one limit has the same cost. Under a
 //! flood on one key Redis then sees about one call per freed unit, not one per
-//! request. Memory is bounded: when full, expired entries are dropped, and if
+//! request. Limits sharing a counter (`share:`) may differ in cost, so a
+//! denial is remembered with its cost and only answers requests costing at
+//! least as much. Shadow limits never deny and concurrency denials end when a
+//! lease is released, at no known time: neither is remembered. Memory is bounded: when full, expired entries are dropped, and if
 //! none expired a new denial is simply not remembered (the cache only ever
 //! saves work; forgetting is always safe).
 
@@ -20,7 +23,12 @@ use std::time::{Duration, Instant};
 
 const SHARDS: usize = 16;
 
-type Shard = HashMap<String, Instant>;
+type Shard = HashMap<String, (Instant, u64)>;
+
+/// Whether a denial of `check` may be answered from the cache.
+fn cacheable(check: &LimitCheck<'_>) -> bool {
+    !check.shadow && check.algorithm.denial_is_timed()
+}
 
 /// Keys denied until a known instant.
 pub struct DenyCache {
@@ -43,7 +51,10 @@ impl DenyCache {
     pub fn lookup(&self, checks: &[LimitCheck<'_>], now: Instant) -> Option<Vec<Decision>> {
         let mut decisions: Option<Vec<Decision>> = None;
         for (i, check) in checks.iter().enumerate() {
-            let Some(wait) = self.denied_for(check.key, now) else {
+            if !cacheable(check) {
+                continue;
+            }
+            let Some(wait) = self.denied_for(check.key, check.cost, now) else {
                 continue;
             };
             let all = decisions.get_or_insert_with(|| {
@@ -70,25 +81,28 @@ impl DenyCache {
     /// Remembers every denying decision of `checks` until `now + retry_after`.
     pub fn remember(&self, checks: &[LimitCheck<'_>], decisions: &[Decision], now: Instant) {
         for (check, decision) in checks.iter().zip(decisions) {
-            if decision.allowed || decision.retry_after.is_zero() {
+            if decision.allowed || decision.retry_after.is_zero() || !cacheable(check) {
                 continue;
             }
             let mut shard = self.shard(check.key);
             if shard.len() >= self.shard_capacity && !shard.contains_key(check.key) {
-                shard.retain(|_, until| *until > now);
+                shard.retain(|_, (until, _)| *until > now);
                 if shard.len() >= self.shard_capacity {
                     continue;
                 }
             }
-            shard.insert(check.key.to_string(), now + decision.retry_after);
+            shard.insert(
+                check.key.to_string(),
+                (now + decision.retry_after, check.cost),
+            );
         }
     }
 
-    fn denied_for(&self, key: &str, now: Instant) -> Option<Duration> {
+    fn denied_for(&self, key: &str, cost: u64, now: Instant) -> Option<Duration> {
         let mut shard = self.shard(key);
-        let until = *shard.get(key)?;
+        let (until, denied_cost) = *shard.get(key)?;
         if until > now {
-            Some(until - now)
+            (cost >= denied_cost).then(|| until - now)
         } else {
             shard.remove(key);
             None
@@ -115,7 +129,36 @@ mod tests {
             limit: 5,
             window: Duration::from_secs(10),
             cost: 1,
+            algorithm: crate::config::Algorithm::SlidingLog,
+            shadow: false,
         }
+    }
+
+    #[test]
+    fn cheaper_requests_shadow_and_concurrency_are_not_answered() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        let costly = LimitCheck {
+            cost: 3,
+            ..check("shared")
+        };
+        cache.remember(&[costly], &[denied(1000)], t0);
+        assert!(cache.lookup(&[check("shared")], t0).is_none());
+        assert!(cache.lookup(&[costly], t0).is_some());
+        let shadow = LimitCheck {
+            shadow: true,
+            ..check("s")
+        };
+        cache.remember(&[shadow], &[denied(1000)], t0);
+        assert!(cache.lookup(&[check("s")], t0).is_none());
+        let leases = LimitCheck {
+            algorithm: crate::config::Algorithm::Concurrency {
+                lease: Duration::from_secs(30),
+            },
+            ..check("c")
+        };
+        cache.remember(&[leases], &[denied(1000)], t0);
+        assert!(cache.lookup(&[leases], t0).is_none());
     }
 
     fn denied(retry_ms: u64) -> Decision {

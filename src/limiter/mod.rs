@@ -12,9 +12,11 @@ mod lazy;
 pub mod local;
 pub mod redis;
 
+pub use crate::config::Algorithm;
 use crate::config::{Backend, LimiterConfig, OnError};
 use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,12 +25,16 @@ use std::time::{Duration, Instant};
 pub struct LimitCheck<'a> {
     /// Counter key (see `keys::build_key`).
     pub key: &'a str,
-    /// Units admitted per window (≥ 1).
+    /// Units admitted per window, or in flight for `concurrency` (≥ 1).
     pub limit: u64,
-    /// Window length (≥ 1 ms).
+    /// Window length (≥ 1 ms; unused by `concurrency`).
     pub window: Duration,
-    /// Units this request consumes (1..=limit).
+    /// Units this request consumes (≥ 1, and never more than can ever pass).
     pub cost: u64,
+    /// How the limit counts.
+    pub algorithm: Algorithm,
+    /// Counts and reports but never denies the request.
+    pub shadow: bool,
 }
 
 /// The state of one limit after a decision.
@@ -91,10 +97,28 @@ impl LimiterError {
 /// A rate-limit backend.
 #[async_trait]
 pub trait Limiter: Send + Sync {
-    /// Decides `checks` all or nothing: the request is admitted (and every
-    /// check consumes its cost) only if every decision is `allowed`.
-    /// Returns one [`Decision`] per check, in order.
-    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError>;
+    /// Decides `checks` all or nothing: the request is admitted only if every
+    /// non-shadow check is `allowed`; then every allowed check consumes its
+    /// cost, recorded under `member` (unique per request). A denied request
+    /// consumes nothing. Returns one [`Decision`] per check, in order.
+    async fn check(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> Result<Vec<Decision>, LimiterError>;
+
+    /// Releases the `concurrency` leases `member` took on `checks` (the
+    /// response ended). Leases not released expire by themselves.
+    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
+}
+
+/// Whether `checks` admit the request, given one decision per check: every
+/// non-shadow decision must allow it.
+pub fn admits(checks: &[LimitCheck<'_>], decisions: &[Decision]) -> bool {
+    checks
+        .iter()
+        .zip(decisions)
+        .all(|(c, d)| c.shadow || d.allowed)
 }
 
 /// Where a decision came from (the `source` label).
@@ -139,27 +163,22 @@ impl Source {
 pub struct Outcome {
     /// Who decided.
     pub source: Source,
+    /// Whether the request may proceed.
+    pub admitted: bool,
     /// One per check; empty for `FailOpen` and `FailClosed`.
     pub decisions: Vec<Decision>,
+    /// The unique member this request's units were recorded under; hand it
+    /// back to [`Decider::release`] when the request held leases.
+    pub member: String,
 }
 
 impl Outcome {
-    /// Whether the request may proceed.
-    pub fn admitted(&self) -> bool {
-        match self.source {
-            Source::FailOpen => true,
-            Source::FailClosed => false,
-            Source::Redis | Source::DenyCache | Source::Local => {
-                self.decisions.iter().all(|d| d.allowed)
-            }
-        }
-    }
-
     /// Time until the request would pass: the longest `retry_after` of the
     /// denying limits.
     pub fn retry_after(&self) -> Duration {
         self.decisions
             .iter()
+            .filter(|d| !d.allowed)
             .map(|d| d.retry_after)
             .max()
             .unwrap_or_default()
@@ -173,6 +192,8 @@ pub struct Decider {
     deny_cache: Option<deny_cache::DenyCache>,
     on_error: OnError,
     local_share: f64,
+    member_prefix: String,
+    sequence: AtomicU64,
 }
 
 impl Decider {
@@ -197,57 +218,86 @@ impl Decider {
                 .then(|| deny_cache::DenyCache::new(config.local_max_keys)),
             on_error: config.on_error,
             local_share: config.local_share,
+            member_prefix: instance_id(),
+            sequence: AtomicU64::new(0),
         })
+    }
+
+    fn next_member(&self) -> String {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{sequence:x}", self.member_prefix)
+    }
+
+    /// Releases the concurrency leases an admitted request took (`checks`:
+    /// its concurrency limits; `outcome`: what [`Decider::decide`] answered).
+    /// A lease that cannot be released expires after its `lease` time.
+    pub async fn release(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
+        if checks.is_empty() || !outcome.admitted {
+            return;
+        }
+        match outcome.source {
+            Source::Redis => {
+                if let Some(redis) = &self.redis {
+                    if let Err(e) = redis.release(checks, &outcome.member).await {
+                        log::debug!("lease release failed (it expires by itself): {e}");
+                    }
+                }
+            }
+            Source::Local => self.local.release(checks, &outcome.member),
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
+        }
     }
 
     /// Decides `checks`. Never fails: a Redis failure becomes the `on_error`
     /// outcome. Bounded in time by the Redis timeout budget; answered without
     /// any I/O when the deny cache holds one of the keys.
     pub async fn decide(&self, checks: &[LimitCheck<'_>]) -> Outcome {
+        let member = self.next_member();
         if let Some(cache) = &self.deny_cache {
             if let Some(decisions) = cache.lookup(checks, Instant::now()) {
                 return Outcome {
                     source: Source::DenyCache,
+                    admitted: admits(checks, &decisions),
                     decisions,
+                    member,
                 };
             }
         }
-        let outcome = self.decide_uncached(checks).await;
+        let (source, decisions) = self.decide_uncached(checks, &member).await;
+        let admitted = match source {
+            Source::FailOpen => true,
+            Source::FailClosed => false,
+            _ => admits(checks, &decisions),
+        };
         if let Some(cache) = &self.deny_cache {
-            if !outcome.admitted() {
-                cache.remember(checks, &outcome.decisions, Instant::now());
+            if !admitted {
+                cache.remember(checks, &decisions, Instant::now());
             }
         }
-        outcome
+        Outcome {
+            source,
+            admitted,
+            decisions,
+            member,
+        }
     }
 
-    async fn decide_uncached(&self, checks: &[LimitCheck<'_>]) -> Outcome {
+    async fn decide_uncached(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> (Source, Vec<Decision>) {
         let Some(redis) = &self.redis else {
-            return Outcome {
-                source: Source::Local,
-                decisions: self.local.decide(checks),
-            };
+            return (Source::Local, self.local.decide(checks, member));
         };
-        match redis.check(checks).await {
-            Ok(decisions) => Outcome {
-                source: Source::Redis,
-                decisions,
-            },
+        match redis.check(checks, member).await {
+            Ok(decisions) => (Source::Redis, decisions),
             Err(e) => {
                 log::debug!("rate-limit decision falls back to on_error: {e}");
                 match self.on_error {
-                    OnError::Allow => Outcome {
-                        source: Source::FailOpen,
-                        decisions: Vec::new(),
-                    },
-                    OnError::Deny => Outcome {
-                        source: Source::FailClosed,
-                        decisions: Vec::new(),
-                    },
-                    OnError::Local => Outcome {
-                        source: Source::Local,
-                        decisions: self.fallback(checks),
-                    },
+                    OnError::Allow => (Source::FailOpen, Vec::new()),
+                    OnError::Deny => (Source::FailClosed, Vec::new()),
+                    OnError::Local => (Source::Local, self.fallback(checks, member)),
                 }
             }
         }
@@ -255,9 +305,9 @@ impl Decider {
 
     /// The in-process decision standing in for Redis: each limit scaled to
     /// this instance's `local.share` (never below one request's cost).
-    fn fallback(&self, checks: &[LimitCheck<'_>]) -> Vec<Decision> {
+    fn fallback(&self, checks: &[LimitCheck<'_>], member: &str) -> Vec<Decision> {
         if self.local_share >= 1.0 {
-            return self.local.decide(checks);
+            return self.local.decide(checks, member);
         }
         let scaled: Vec<LimitCheck<'_>> = checks
             .iter()
@@ -266,7 +316,7 @@ impl Decider {
                 ..*c
             })
             .collect();
-        self.local.decide(&scaled)
+        self.local.decide(&scaled, member)
     }
 
     /// Ready unless decisions would currently fail closed (`on_error: deny`
@@ -286,10 +336,21 @@ enum Remote {
 }
 
 impl Remote {
-    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+    async fn check(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> Result<Vec<Decision>, LimiterError> {
         match self {
-            Remote::Single(redis) => redis.check(checks).await,
-            Remote::Cluster(cluster) => cluster.check(checks).await,
+            Remote::Single(redis) => redis.check(checks, member).await,
+            Remote::Cluster(cluster) => cluster.check(checks, member).await,
+        }
+    }
+
+    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        match self {
+            Remote::Single(redis) => redis.release(checks, member).await,
+            Remote::Cluster(cluster) => cluster.release(checks, member).await,
         }
     }
 
@@ -299,4 +360,20 @@ impl Remote {
             Remote::Cluster(cluster) => cluster.is_healthy(),
         }
     }
+}
+
+/// A per-process random prefix for request members, so that requests
+/// admitted in the same microsecond by different instances stay distinct.
+pub(crate) fn instance_id() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{:016x}", hasher.finish())
 }

@@ -1,6 +1,6 @@
-//! The Redis backend: one shared multiplexed connection, the `sliding_log`
-//! script by `EVALSHA` (reloaded on `NOSCRIPT`), every call bounded by the
-//! configured budget.
+//! The Redis backend: one shared multiplexed connection, the decide script
+//! (every algorithm, `lua/*.lua`) by `EVALSHA` (reloaded on `NOSCRIPT`), every
+//! call bounded by the configured budget.
 //!
 //! The connection is made lazily, on first use, inside the runtime that serves
 //! requests (a connection made before Pingora starts its runtimes would die
@@ -20,19 +20,93 @@
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
-use super::{Decision, LimitCheck, Limiter, LimiterError};
+use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
 use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// The sliding-log script (see the file for its contract).
-pub const SLIDING_LOG_SCRIPT: &str = include_str!("sliding_log.lua");
+/// The one script every decision runs: each algorithm's functions, then the
+/// driver that applies them to all keys of a request, all or nothing (see
+/// `lua/decide.lua` for the contract).
+pub const DECIDE_SCRIPT: &str = concat!(
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/token_bucket.lua"),
+    include_str!("lua/concurrency.lua"),
+    include_str!("lua/decide.lua"),
+);
+
+/// What a script call does.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Mode {
+    /// Decide and consume.
+    Take,
+    /// Give back what the member took at `taken_us` (Redis time).
+    Refund {
+        /// When the units were taken, in Redis microseconds.
+        taken_us: i64,
+    },
+}
+
+/// Something script arguments can be appended to.
+pub(super) trait ArgSink {
+    /// Appends one argument.
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T);
+}
+
+impl ArgSink for redis::Cmd {
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
+        self.arg(value);
+    }
+}
+
+impl ArgSink for redis::ScriptInvocation<'_> {
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
+        self.arg(value);
+    }
+}
+
+/// Appends the ARGV of `lua/decide.lua` for `checks`.
+pub(super) fn push_args(
+    sink: &mut impl ArgSink,
+    checks: &[LimitCheck<'_>],
+    member: &str,
+    mode: Mode,
+) {
+    sink.push(member);
+    match mode {
+        Mode::Take => {
+            sink.push("take");
+            sink.push(0);
+        }
+        Mode::Refund { taken_us } => {
+            sink.push("refund");
+            sink.push(taken_us);
+        }
+    }
+    for check in checks {
+        let (code, param) = match check.algorithm {
+            Algorithm::SlidingLog => (1, 0),
+            Algorithm::SlidingWindow { buckets } => (2, u64::from(buckets)),
+            Algorithm::FixedWindow => (3, 0),
+            Algorithm::TokenBucket { burst } => (4, burst),
+            Algorithm::Concurrency { lease } => (5, lease.as_micros() as u64),
+        };
+        sink.push(code);
+        sink.push(check.limit);
+        sink.push(check.window.as_micros() as u64);
+        sink.push(check.cost);
+        sink.push(param);
+        sink.push(u8::from(check.shadow));
+    }
+}
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,8 +120,6 @@ pub struct RedisLimiter {
     /// Whether the last failed connect was refused (nothing listening).
     connect_refused: AtomicBool,
     circuit: CircuitBreaker,
-    member_prefix: String,
-    sequence: AtomicU64,
     queue: std::sync::Mutex<Queue>,
     metrics: RedisMetrics,
 }
@@ -62,7 +134,7 @@ struct Queue {
 /// One decision waiting for the next flush.
 struct Queued {
     command: redis::Cmd,
-    reply: oneshot::Sender<Result<Vec<i64>, LimiterError>>,
+    reply: oneshot::Sender<Result<redis::Value, LimiterError>>,
 }
 
 impl RedisLimiter {
@@ -73,12 +145,10 @@ impl RedisLimiter {
         Ok(Self {
             client,
             budget: config.timeout,
-            script: redis::Script::new(SLIDING_LOG_SCRIPT),
+            script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
             circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
-            member_prefix: instance_id(),
-            sequence: AtomicU64::new(0),
             queue: std::sync::Mutex::new(Queue::default()),
             metrics,
         })
@@ -150,21 +220,16 @@ impl RedisLimiter {
     async fn evaluate(
         self: &Arc<Self>,
         checks: &[LimitCheck<'_>],
-    ) -> Result<Vec<i64>, LimiterError> {
+        member: &str,
+        mode: Mode,
+    ) -> Result<redis::Value, LimiterError> {
         let conn = self.connection().await?;
-        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
         let mut command = redis::cmd("EVALSHA");
         command.arg(self.script.get_hash()).arg(checks.len());
         for check in checks {
             command.arg(check.key);
         }
-        command.arg(format!("{}-{sequence:x}", self.member_prefix));
-        for check in checks {
-            command
-                .arg(check.limit)
-                .arg(check.window.as_micros() as u64)
-                .arg(check.cost);
-        }
+        push_args(&mut command, checks, member, mode);
         let (reply, receive) = oneshot::channel();
         let start_flushing = {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -249,12 +314,7 @@ impl RedisLimiter {
         match results {
             Ok(values) => {
                 for (reply, value) in replies.into_iter().zip(values) {
-                    let decoded = match value {
-                        Ok(value) => redis::from_redis_value::<Vec<i64>>(value).map_err(|e| {
-                            LimiterError::Server(format!("unexpected script reply: {e}"))
-                        }),
-                        Err(e) => Err(self.classify(e)),
-                    };
+                    let decoded = value.map_err(|e| self.classify(e));
                     let _ = reply.send(decoded);
                 }
             }
@@ -341,19 +401,41 @@ pub(super) const UNHEALTHY_CODES: &[&str] = &[
 
 #[async_trait]
 impl Limiter for Arc<RedisLimiter> {
-    async fn check(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+    async fn check(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> Result<Vec<Decision>, LimiterError> {
         if self.circuit.permit(Instant::now()) == Permit::Reject {
             let error = LimiterError::CircuitOpen;
             self.metrics.errors.with_label_values(&[error.kind()]).inc();
             return Err(error);
         }
         let started = Instant::now();
-        let result = match tokio::time::timeout(self.budget, self.evaluate(checks)).await {
-            Ok(result) => result.and_then(|reply| parse_reply(&reply, checks.len())),
+        let result = match tokio::time::timeout(
+            self.budget,
+            self.evaluate(checks, member, Mode::Take),
+        )
+        .await
+        {
+            Ok(result) => result.and_then(|reply| parse_reply(reply, checks.len()).map(|(d, _)| d)),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         };
         self.record(&result, started);
         result
+    }
+
+    /// Bounded by the budget; not counted by the circuit (an unreleased lease
+    /// only costs its remaining lease time).
+    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        if self.circuit.is_open() {
+            return Err(LimiterError::CircuitOpen);
+        }
+        let release = self.evaluate(checks, member, Mode::Refund { taken_us: 0 });
+        match tokio::time::timeout(self.budget, release).await {
+            Ok(result) => result.map(|_| ()),
+            Err(_) => Err(LimiterError::Timeout(self.budget)),
+        }
     }
 }
 
@@ -361,9 +443,19 @@ fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
     matches!(value, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
 
-/// Parses `{admitted, (remaining, reset_us, retry_us) × n}`.
-pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, LimiterError> {
-    if reply.len() != 1 + 3 * n {
+/// Parses the decide script's reply `{admitted, now, (allowed, remaining,
+/// reset_us, retry_us) × n}` into the decisions and Redis's `now` (µs).
+pub(super) fn parse_reply(
+    reply: redis::Value,
+    n: usize,
+) -> Result<(Vec<Decision>, i64), LimiterError> {
+    let values: Vec<i64> = redis::from_redis_value(reply)
+        .map_err(|e| LimiterError::Server(format!("unexpected script reply: {e}")))?;
+    decode_reply(&values, n)
+}
+
+fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
+    if reply.len() != 2 + 4 * n {
         return Err(LimiterError::Server(format!(
             "script returned {} values for {n} keys",
             reply.len()
@@ -371,35 +463,20 @@ pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Vec<Decision>, Limi
     }
     let admitted = reply[0] == 1;
     let micros = |v: i64| Duration::from_micros(v.max(0) as u64);
-    Ok(reply[1..]
-        .chunks_exact(3)
+    let decisions = reply[2..]
+        .chunks_exact(4)
         .map(|c| Decision {
-            allowed: admitted || c[2] <= 0,
-            remaining: c[0].max(0) as u64,
-            reset: micros(c[1]),
-            retry_after: if admitted {
+            allowed: c[0] == 1,
+            remaining: c[1].max(0) as u64,
+            reset: micros(c[2]),
+            retry_after: if admitted && c[0] == 1 {
                 Duration::ZERO
             } else {
-                micros(c[2])
+                micros(c[3])
             },
         })
-        .collect())
-}
-
-/// A per-process random prefix for sorted-set members, so that requests
-/// admitted in the same microsecond by different instances stay distinct.
-pub(super) fn instance_id() -> String {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    format!("{:016x}", hasher.finish())
+        .collect();
+    Ok((decisions, reply[1]))
 }
 
 #[cfg(test)]
@@ -408,18 +485,14 @@ mod tests {
 
     #[test]
     fn reply_shapes() {
-        let d = parse_reply(&[1, 4, 10_000_000, 0], 1).unwrap();
+        let (d, now) = decode_reply(&[1, 77, 1, 4, 10_000_000, 0], 1).unwrap();
         assert!(d[0].allowed);
+        assert_eq!(now, 77);
         assert_eq!(d[0].remaining, 4);
         assert_eq!(d[0].reset, Duration::from_secs(10));
-        let d = parse_reply(&[0, 5, 0, 0, 0, 1_000, 2_500_000], 2).unwrap();
+        let (d, _) = decode_reply(&[0, 0, 1, 5, 0, 0, 0, 0, 1_000, 2_500_000], 2).unwrap();
         assert!(d[0].allowed && !d[1].allowed);
         assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
-        assert!(parse_reply(&[1, 2], 1).is_err());
-    }
-
-    #[test]
-    fn instance_ids_differ() {
-        assert_ne!(instance_id(), instance_id());
+        assert!(decode_reply(&[1, 2], 1).is_err());
     }
 }

@@ -1,0 +1,224 @@
+//! Who the key part `user` is (DESIGN §2 `identity`): a verified JWT claim, or
+//! a header set by a trusted auth layer.
+//!
+//! A token is believed only once its signature verifies with the configured
+//! key and algorithms and its `exp` / `nbf` hold; only then is its claim used.
+//! An unverified claim never becomes a key: a missing, malformed, expired,
+//! wrongly signed or `alg: none` token means "no user" (or 401 when
+//! `required`). Nothing here touches the network.
+
+use crate::config::{IdentityConfig, JwtConfig, JwtKey};
+use jsonwebtoken::{decode, DecodingKey, Validation};
+use std::borrow::Cow;
+
+/// The identity of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User<'a> {
+    /// No identity offered (or none configured).
+    Absent,
+    /// The identity, as key-part bytes.
+    Known(Cow<'a, [u8]>),
+    /// A token was offered but does not verify; `reason` is for logs.
+    Invalid(&'static str),
+}
+
+/// Establishes request identities from the validated `identity` settings.
+pub enum Identity {
+    /// No identity configured: `user` is always absent.
+    None,
+    /// A header, believed only from trusted proxies.
+    Header(String),
+    /// A verified bearer token.
+    Jwt(Box<JwtVerifier>),
+}
+
+impl Identity {
+    /// Builds the verifier. Fails only if key material that validation
+    /// accepted cannot be parsed again (it can not, in practice).
+    pub fn new(config: &IdentityConfig) -> Result<Self, jsonwebtoken::errors::Error> {
+        Ok(match config {
+            IdentityConfig::None => Identity::None,
+            IdentityConfig::Header(name) => Identity::Header(name.clone()),
+            IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt)?)),
+        })
+    }
+
+    /// Whether a request without a valid identity must be refused (401).
+    pub fn required(&self) -> bool {
+        matches!(self, Identity::Jwt(v) if v.required)
+    }
+
+    /// The identity of a request. `header` looks up a request header by
+    /// lower-case name; `from_trusted_proxy` says whether the peer is one.
+    pub fn user<'a>(
+        &self,
+        header: impl Fn(&str) -> Option<&'a [u8]>,
+        from_trusted_proxy: bool,
+    ) -> User<'a> {
+        match self {
+            Identity::None => User::Absent,
+            Identity::Header(name) if from_trusted_proxy => match header(name) {
+                Some(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
+                _ => User::Absent,
+            },
+            Identity::Header(_) => User::Absent,
+            Identity::Jwt(verifier) => match header(&verifier.header) {
+                None => User::Absent,
+                Some(value) => verifier.verify(value),
+            },
+        }
+    }
+}
+
+/// Verifies bearer tokens and extracts the configured claim.
+pub struct JwtVerifier {
+    header: String,
+    key: DecodingKey,
+    validation: Validation,
+    claim: String,
+    required: bool,
+}
+
+/// Longest token accepted; anything longer is refused unparsed.
+const MAX_TOKEN: usize = 8 * 1024;
+
+impl JwtVerifier {
+    /// Prepares the key and the validation rules.
+    pub fn new(config: &JwtConfig) -> Result<Self, jsonwebtoken::errors::Error> {
+        let key = match &config.key {
+            JwtKey::Secret(secret) => DecodingKey::from_secret(secret),
+            JwtKey::RsaPem(pem) => DecodingKey::from_rsa_pem(pem)?,
+            JwtKey::EcPem(pem) => DecodingKey::from_ec_pem(pem)?,
+        };
+        let first = config
+            .algorithms
+            .first()
+            .copied()
+            .unwrap_or(jsonwebtoken::Algorithm::HS256);
+        let mut validation = Validation::new(first);
+        validation.algorithms = config.algorithms.clone();
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.validate_aud = false;
+        validation.leeway = config.leeway.as_secs();
+        validation.set_required_spec_claims(&["exp"]);
+        Ok(Self {
+            header: config.header.clone(),
+            key,
+            validation,
+            claim: config.claim.clone(),
+            required: config.required,
+        })
+    }
+
+    /// Verifies `Bearer <token>` and returns the claim, or why not.
+    pub fn verify<'a>(&self, value: &[u8]) -> User<'a> {
+        let Ok(text) = std::str::from_utf8(value) else {
+            return User::Invalid("header is not UTF-8");
+        };
+        let text = text.trim();
+        let token = match text.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+            _ => return User::Invalid("not a Bearer token"),
+        };
+        if token.is_empty() || token.len() > MAX_TOKEN {
+            return User::Invalid("empty or oversized token");
+        }
+        let claims = match decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &self.key,
+            &self.validation,
+        ) {
+            Ok(data) => data.claims,
+            Err(e) => {
+                log::debug!("JWT rejected: {e}");
+                return User::Invalid("token does not verify");
+            }
+        };
+        match claims.get(&self.claim) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => {
+                User::Known(Cow::Owned(s.clone().into_bytes()))
+            }
+            Some(serde_json::Value::Number(n)) => {
+                User::Known(Cow::Owned(n.to_string().into_bytes()))
+            }
+            _ => User::Invalid("token lacks the configured claim"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use std::time::Duration;
+
+    fn verifier() -> JwtVerifier {
+        JwtVerifier::new(&JwtConfig {
+            header: "authorization".into(),
+            algorithms: vec![jsonwebtoken::Algorithm::HS256],
+            key: JwtKey::Secret(b"0123456789abcdef0123456789abcdef".to_vec()),
+            claim: "sub".into(),
+            required: false,
+            leeway: Duration::ZERO,
+        })
+        .unwrap()
+    }
+
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn token(secret: &[u8], claims: serde_json::Value) -> String {
+        encode(
+            &Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn only_verified_claims_are_believed() {
+        let v = verifier();
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let good = token(
+            secret,
+            serde_json::json!({"sub": "alice", "exp": now() + 60}),
+        );
+        assert_eq!(
+            v.verify(format!("Bearer {good}").as_bytes()),
+            User::Known(Cow::Borrowed(b"alice".as_slice()))
+        );
+        let expired = token(
+            secret,
+            serde_json::json!({"sub": "alice", "exp": now() - 60}),
+        );
+        let early = token(
+            secret,
+            serde_json::json!({"sub": "alice", "exp": now() + 60, "nbf": now() + 30}),
+        );
+        let forged = token(
+            b"another secret of enough length!",
+            serde_json::json!({"sub": "alice", "exp": now() + 60}),
+        );
+        let no_exp = token(secret, serde_json::json!({"sub": "alice"}));
+        // alg: none, unsigned.
+        let none =
+            "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.";
+        for bad in [&expired, &early, &forged, &no_exp, none, "garbage", "a.b.c"] {
+            assert!(
+                matches!(
+                    v.verify(format!("Bearer {bad}").as_bytes()),
+                    User::Invalid(_)
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(v.verify(good.as_bytes()), User::Invalid(_)));
+        assert!(matches!(v.verify(b"Bearer \xff\xfe"), User::Invalid(_)));
+    }
+}

@@ -1,0 +1,49 @@
+//! In-process twin of `lua/fixed_window.lua`: one counter per window.
+
+use super::{Counter, Params};
+
+/// The current window's index and units admitted in it.
+#[derive(Debug, Default)]
+pub(super) struct FixedWindow {
+    index: u64,
+    count: u64,
+    ends: u64,
+}
+
+impl Counter for FixedWindow {
+    fn peek(&mut self, now: u64, p: &Params) -> bool {
+        let current = now / p.window;
+        if current != self.index {
+            self.index = current;
+            self.count = 0;
+        }
+        self.ends = (current + 1) * p.window;
+        self.count + p.cost <= p.limit
+    }
+
+    fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {
+        let count = self.count;
+        self.count += p.cost;
+        (
+            p.limit.saturating_sub(count + p.cost),
+            self.ends.saturating_sub(now),
+        )
+    }
+
+    fn report(&self, now: u64, p: &Params) -> (u64, u64, u64) {
+        if self.count == 0 {
+            return (p.limit, 0, 0);
+        }
+        let left = self.ends.saturating_sub(now);
+        let retry = if self.count + p.cost > p.limit {
+            left
+        } else {
+            0
+        };
+        (p.limit.saturating_sub(self.count), left, retry)
+    }
+
+    fn is_idle(&self, now: u64) -> bool {
+        self.count == 0 || now >= self.ends
+    }
+}

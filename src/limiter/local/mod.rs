@@ -1,0 +1,417 @@
+//! The in-process limiter: `backend: local`, and the fallback of
+//! `on_error: local`.
+//!
+//! Every algorithm has a twin here of its Redis script (`lua/*.lua`), with the
+//! same semantics and the same return shape, for one instance: all or nothing
+//! over the checks of one request, shadow limits never deny. Times are
+//! microseconds since the Unix epoch (windows align as in Redis). Memory is
+//! bounded by `max_keys`: when more keys than that are live, the table first
+//! drops idle keys, then (still full) forgets about a tenth of its keys —
+//! those keys restart from zero, which errs on the side of admitting.
+
+mod concurrency;
+mod fixed_window;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
+use async_trait::async_trait;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const SHARDS: usize = 16;
+
+/// A monotonic microsecond clock. Tests substitute a fake one.
+pub trait Clock: Send + Sync {
+    /// Microseconds since the Unix epoch (or a fixed origin); never decreases.
+    fn now_us(&self) -> u64;
+}
+
+/// The real clock: the Unix time at construction, advanced by `Instant`, so
+/// it is monotonic and its windows align with Redis's.
+#[derive(Debug)]
+pub struct MonotonicClock {
+    origin_us: u64,
+    started: Instant,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self {
+            origin_us: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or_default(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_us(&self) -> u64 {
+        self.origin_us + self.started.elapsed().as_micros() as u64
+    }
+}
+
+/// One check's numbers in microseconds, as the scripts get them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Params {
+    limit: u64,
+    window: u64,
+    cost: u64,
+    /// buckets, burst, or lease µs (by algorithm).
+    param: u64,
+}
+
+impl Params {
+    fn of(check: &LimitCheck<'_>) -> Self {
+        let param = match check.algorithm {
+            Algorithm::SlidingWindow { buckets } => u64::from(buckets),
+            Algorithm::TokenBucket { burst } => burst,
+            Algorithm::Concurrency { lease } => micros_of(lease),
+            Algorithm::SlidingLog | Algorithm::FixedWindow => 0,
+        };
+        Self {
+            limit: check.limit,
+            window: micros_of(check.window),
+            cost: check.cost,
+            param,
+        }
+    }
+}
+
+/// One key's state under one algorithm: the twin of that algorithm's script.
+pub(super) trait Counter: Send {
+    /// Drops what no longer counts; whether `cost` more units fit at `now`.
+    fn peek(&mut self, now: u64, p: &Params) -> bool;
+    /// Consumes `cost` units for `member` (after `peek` said they fit);
+    /// returns (remaining, reset µs).
+    fn take(&mut self, now: u64, p: &Params, member: &str) -> (u64, u64);
+    /// Without consuming (after `peek`): (remaining, reset µs, retry_after µs).
+    fn report(&self, now: u64, p: &Params) -> (u64, u64, u64);
+    /// Releases what `member` holds (concurrency leases); others ignore it.
+    fn release(&mut self, _member: &str) {}
+    /// Whether nothing it holds still counts at `now`.
+    fn is_idle(&self, now: u64) -> bool;
+}
+
+struct Slot {
+    algorithm: Algorithm,
+    counter: Box<dyn Counter>,
+}
+
+impl Slot {
+    fn new(algorithm: Algorithm) -> Self {
+        let counter: Box<dyn Counter> = match algorithm {
+            Algorithm::SlidingLog => Box::<sliding_log::SlidingLog>::default(),
+            Algorithm::SlidingWindow { .. } => Box::<sliding_window::SlidingWindow>::default(),
+            Algorithm::FixedWindow => Box::<fixed_window::FixedWindow>::default(),
+            Algorithm::TokenBucket { .. } => Box::<token_bucket::TokenBucket>::default(),
+            Algorithm::Concurrency { .. } => Box::<concurrency::Concurrency>::default(),
+        };
+        Self { algorithm, counter }
+    }
+}
+
+type Shard = HashMap<String, Slot>;
+
+/// In-process limiter, safe to share between threads.
+pub struct LocalLimiter<C: Clock = MonotonicClock> {
+    shards: Vec<Mutex<Shard>>,
+    shard_capacity: usize,
+    clock: C,
+}
+
+impl LocalLimiter<MonotonicClock> {
+    /// A limiter holding at most about `max_keys` keys, on the real clock.
+    pub fn new(max_keys: usize) -> Self {
+        Self::with_clock(max_keys, MonotonicClock::default())
+    }
+}
+
+impl<C: Clock> LocalLimiter<C> {
+    /// A limiter on `clock`.
+    pub fn with_clock(max_keys: usize, clock: C) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shard_capacity: max_keys.div_ceil(SHARDS).max(1),
+            clock,
+        }
+    }
+
+    /// Number of keys currently held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Locks the shards of `checks` in ascending order (so no two requests
+    /// can deadlock); returns the guards and, per check, its guard's index.
+    fn lock_for(&self, checks: &[LimitCheck<'_>]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
+        let shard_of: Vec<usize> = checks.iter().map(|c| shard_index(c.key)).collect();
+        let mut order = shard_of.clone();
+        order.sort_unstable();
+        order.dedup();
+        let guards = order.iter().map(|&i| lock(&self.shards[i])).collect();
+        let slots = shard_of
+            .iter()
+            .map(|s| order.binary_search(s).unwrap_or(0))
+            .collect();
+        (guards, slots)
+    }
+
+    /// Decides `checks` all or nothing, like the Redis script; admitted units
+    /// are recorded under `member`.
+    pub fn decide(&self, checks: &[LimitCheck<'_>], member: &str) -> Vec<Decision> {
+        let now = self.clock.now_us();
+        let (mut guards, slots) = self.lock_for(checks);
+        let capacity = self.shard_capacity;
+
+        // Pass 1: trim and see what fits.
+        let mut fits = Vec::with_capacity(checks.len());
+        let mut admit = true;
+        for (check, &g) in checks.iter().zip(&slots) {
+            let shard = &mut guards[g];
+            if !shard.contains_key(check.key) {
+                make_room(shard, capacity, now);
+            }
+            let slot = shard
+                .entry(check.key.to_string())
+                .or_insert_with(|| Slot::new(check.algorithm));
+            if slot.algorithm != check.algorithm {
+                *slot = Slot::new(check.algorithm);
+            }
+            let ok = slot.counter.peek(now, &Params::of(check));
+            admit &= ok || check.shadow;
+            fits.push(ok);
+        }
+
+        // Pass 2: consume (if admitted) and report.
+        checks
+            .iter()
+            .zip(&slots)
+            .zip(fits)
+            .map(|((check, &g), ok)| {
+                let p = Params::of(check);
+                let Some(slot) = guards[g].get_mut(check.key) else {
+                    return Decision {
+                        allowed: ok,
+                        remaining: check.limit,
+                        reset: Duration::ZERO,
+                        retry_after: Duration::ZERO,
+                    };
+                };
+                if admit && ok {
+                    let (remaining, reset) = slot.counter.take(now, &p, member);
+                    Decision {
+                        allowed: true,
+                        remaining,
+                        reset: micros(reset),
+                        retry_after: Duration::ZERO,
+                    }
+                } else {
+                    let (remaining, reset, retry) = slot.counter.report(now, &p);
+                    Decision {
+                        allowed: ok,
+                        remaining,
+                        reset: micros(reset),
+                        retry_after: micros(retry),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Releases the concurrency leases `member` holds on `checks`.
+    pub fn release(&self, checks: &[LimitCheck<'_>], member: &str) {
+        let (mut guards, slots) = self.lock_for(checks);
+        for (check, &g) in checks.iter().zip(&slots) {
+            if let Some(slot) = guards[g].get_mut(check.key) {
+                slot.counter.release(member);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<C: Clock> Limiter for LocalLimiter<C> {
+    /// Never fails and never waits.
+    async fn check(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+    ) -> Result<Vec<Decision>, LimiterError> {
+        Ok(self.decide(checks, member))
+    }
+
+    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        LocalLimiter::release(self, checks, member);
+        Ok(())
+    }
+}
+
+fn make_room(shard: &mut Shard, capacity: usize, now: u64) {
+    if shard.len() < capacity {
+        return;
+    }
+    shard.retain(|_, slot| !slot.counter.is_idle(now));
+    if shard.len() >= capacity {
+        let excess = shard.len() + 1 - capacity;
+        let drop = excess.max(capacity / 10).max(1);
+        let victims: Vec<String> = shard.keys().take(drop).cloned().collect();
+        for key in victims {
+            shard.remove(&key);
+        }
+        log::warn!("local limiter full ({capacity} keys per shard): forgot {drop} live keys; raise limiter.local.max_keys");
+    }
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic while holding the lock cannot leave a counter half-written in a
+    // way that matters (worst case: one unit too few), so poisoning is ignored.
+    shard
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn shard_index(key: &str) -> usize {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() as usize) % SHARDS
+}
+
+fn micros_of(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+fn micros(us: u64) -> Duration {
+    Duration::from_micros(us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Clone, Default)]
+    struct FakeClock(Arc<AtomicU64>);
+    impl FakeClock {
+        fn set_ms(&self, ms: u64) {
+            self.0.store(ms * 1000, Ordering::SeqCst);
+        }
+    }
+    impl Clock for FakeClock {
+        fn now_us(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    fn check(key: &str, limit: u64, window_ms: u64) -> LimitCheck<'_> {
+        LimitCheck {
+            key,
+            limit,
+            window: Duration::from_millis(window_ms),
+            cost: 1,
+            algorithm: Algorithm::SlidingLog,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn seed_scenario_five_per_ten_seconds() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let mut allowed = 0;
+        for i in 0..7 {
+            clock.set_ms(1000 + i * 500);
+            let d = limiter.decide(&[check("u", 5, 10_000)], "m")[0];
+            if d.allowed {
+                allowed += 1;
+            } else {
+                // Oldest entry (t = 1000 ms) frees at 11 000 ms.
+                assert_eq!(
+                    d.retry_after,
+                    Duration::from_millis(11_000 - (1000 + i * 500))
+                );
+                assert_eq!(d.remaining, 0);
+            }
+        }
+        assert_eq!(allowed, 5);
+        // Exactly when the window slides past the first entry, one unit frees.
+        clock.set_ms(10_999);
+        assert!(!limiter.decide(&[check("u", 5, 10_000)], "m")[0].allowed);
+        clock.set_ms(11_000);
+        assert!(limiter.decide(&[check("u", 5, 10_000)], "m")[0].allowed);
+    }
+
+    #[test]
+    fn no_boundary_double_burst() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        clock.set_ms(1_900);
+        for _ in 0..5 {
+            assert!(limiter.decide(&[check("k", 5, 2_000)], "m")[0].allowed);
+        }
+        // A fixed window would reset at 2 000 ms; the sliding log does not.
+        clock.set_ms(2_100);
+        assert!(!limiter.decide(&[check("k", 5, 2_000)], "m")[0].allowed);
+        clock.set_ms(3_900);
+        assert!(limiter.decide(&[check("k", 5, 2_000)], "m")[0].allowed);
+    }
+
+    #[test]
+    fn all_or_nothing_across_keys() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        clock.set_ms(5);
+        assert!(limiter.decide(&[check("ip", 1, 1000)], "m")[0].allowed);
+        let both = limiter.decide(&[check("user", 3, 1000), check("ip", 1, 1000)], "m");
+        assert!(both[0].allowed && !both[1].allowed);
+        // The denied request consumed nothing from `user`.
+        assert_eq!(
+            limiter.decide(&[check("user", 3, 1000)], "m")[0].remaining,
+            2
+        );
+    }
+
+    #[test]
+    fn cost_consumes_several_units() {
+        let limiter = LocalLimiter::with_clock(100, FakeClock::default());
+        let c = LimitCheck {
+            key: "c",
+            limit: 5,
+            window: Duration::from_secs(1),
+            cost: 3,
+            algorithm: Algorithm::SlidingLog,
+            shadow: false,
+        };
+        assert!(limiter.decide(&[c], "m")[0].allowed);
+        let second = limiter.decide(&[c], "m")[0];
+        assert!(!second.allowed);
+        assert_eq!(second.remaining, 2);
+    }
+
+    #[test]
+    fn key_count_is_bounded() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(160, clock.clone());
+        for i in 0..10_000 {
+            let key = format!("k{i}");
+            limiter.decide(&[check(&key, 10, 60_000)], "m");
+        }
+        assert!(limiter.len() <= 160, "{}", limiter.len());
+        // Expired keys are dropped before live ones.
+        clock.set_ms(120_000);
+        limiter.decide(&[check("fresh", 10, 60_000)], "m");
+        assert!(limiter.len() <= 160);
+    }
+}

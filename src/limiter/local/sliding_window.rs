@@ -1,0 +1,81 @@
+//! In-process twin of `lua/sliding_window.lua`: sub-window counters.
+
+use super::{Counter, Params};
+use std::collections::VecDeque;
+
+/// (sub-window index, units), ascending; only sub-windows that still count.
+#[derive(Debug, Default)]
+pub(super) struct SlidingWindow {
+    buckets: VecDeque<(u64, u64)>,
+    oldest_counted: u64,
+    size: u64,
+    buckets_per_window: u64,
+}
+
+fn size(p: &Params) -> u64 {
+    (p.window / p.param).max(1)
+}
+
+/// Time until sub-window `at` stops counting.
+fn frees(p: &Params, now: u64, at: u64) -> u64 {
+    ((at + p.param + 1) * size(p)).saturating_sub(now)
+}
+
+impl SlidingWindow {
+    fn count(&self) -> u64 {
+        self.buckets.iter().map(|&(_, units)| units).sum()
+    }
+}
+
+impl Counter for SlidingWindow {
+    fn peek(&mut self, now: u64, p: &Params) -> bool {
+        self.size = size(p);
+        self.buckets_per_window = p.param;
+        let current = now / self.size;
+        self.oldest_counted = current.saturating_sub(p.param);
+        while self
+            .buckets
+            .front()
+            .is_some_and(|&(at, _)| at < self.oldest_counted)
+        {
+            self.buckets.pop_front();
+        }
+        self.count() + p.cost <= p.limit
+    }
+
+    fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {
+        let current = now / size(p);
+        let count = self.count();
+        let first = self.buckets.front().map_or(current, |&(at, _)| at);
+        match self.buckets.back_mut() {
+            Some((at, units)) if *at == current => *units += p.cost,
+            _ => self.buckets.push_back((current, p.cost)),
+        }
+        (p.limit.saturating_sub(count + p.cost), frees(p, now, first))
+    }
+
+    fn report(&self, now: u64, p: &Params) -> (u64, u64, u64) {
+        let count = self.count();
+        let Some(&(first, _)) = self.buckets.front() else {
+            return (p.limit, 0, 0);
+        };
+        let mut retry = 0;
+        if count + p.cost > p.limit {
+            let mut left = count;
+            for &(at, units) in &self.buckets {
+                left -= units;
+                if left + p.cost <= p.limit {
+                    retry = frees(p, now, at);
+                    break;
+                }
+            }
+        }
+        (p.limit.saturating_sub(count), frees(p, now, first), retry)
+    }
+
+    fn is_idle(&self, now: u64) -> bool {
+        self.buckets
+            .back()
+            .is_none_or(|&(at, _)| at + self.buckets_per_window < now / self.size.max(1))
+    }
+}

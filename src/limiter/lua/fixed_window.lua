@@ -1,0 +1,47 @@
+-- fixed_window: one counter per window, windows aligned to the Unix epoch
+-- (DESIGN §4). Cheapest, and has the boundary double burst: `limit` units at
+-- the end of one window and `limit` more at the start of the next.
+-- The key is a hash: w = window index, c = units admitted in it.
+local fixed_window = {}
+
+-- Returns whether `cost` more units fit, and the state.
+function fixed_window.peek(key, now, a)
+  local current = (now - math.fmod(now, a.window)) / a.window
+  local stored = redis.call('HMGET', key, 'w', 'c')
+  local count = 0
+  if stored[1] and tonumber(stored[1]) == current then
+    count = tonumber(stored[2]) or 0
+  end
+  return count + a.cost <= a.limit, { count = count, current = current, ends = (current + 1) * a.window }
+end
+
+-- Consumes `cost` units; returns remaining, reset (until the window ends).
+function fixed_window.take(key, now, a, s, member)
+  if s.count == 0 then
+    redis.call('HSET', key, 'w', string.format('%.0f', s.current), 'c', a.cost)
+  else
+    redis.call('HINCRBY', key, 'c', a.cost)
+  end
+  redis.call('PEXPIRE', key, math.ceil((s.ends - now) / 1000) + 1)
+  return a.limit - s.count - a.cost, s.ends - now
+end
+
+-- Reports without consuming: remaining, reset, retry_after.
+function fixed_window.report(key, now, a, s)
+  if s.count == 0 then
+    return a.limit, 0, 0
+  end
+  local retry = 0
+  if s.count + a.cost > a.limit then
+    retry = s.ends - now
+  end
+  return math.max(a.limit - s.count, 0), s.ends - now, retry
+end
+
+-- Gives back `cost` units taken at time `taken`, if their window is current.
+function fixed_window.refund(key, a, member, taken)
+  local w = (taken - math.fmod(taken, a.window)) / a.window
+  if tonumber(redis.call('HGET', key, 'w')) == w then
+    redis.call('HINCRBY', key, 'c', -a.cost)
+  end
+end

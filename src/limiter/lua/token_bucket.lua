@@ -1,0 +1,48 @@
+-- token_bucket: GCRA, one value per key (DESIGN §4).
+--
+-- The bucket refills one unit every T = ceil(window / limit) µs (rounded up to
+-- the microsecond, so never faster than `limit` per `window`) and holds at most
+-- `burst` units (`a.param`). The key stores the theoretical arrival time (TAT):
+-- when the bucket would be full again. A request of `cost` units is admitted
+-- if TAT' - burst·T <= now, where TAT' = max(TAT, now) + cost·T.
+local token_bucket = {}
+
+-- Returns whether `cost` units are in the bucket now, and the state.
+function token_bucket.peek(key, now, a)
+  local interval = math.ceil(a.window / a.limit)
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then
+    tat = now
+  end
+  local new_tat = tat + interval * a.cost
+  local allow_at = new_tat - interval * a.param
+  return allow_at <= now, { tat = tat, new_tat = new_tat, allow_at = allow_at, interval = interval }
+end
+
+-- Consumes `cost` units; returns remaining, reset (until the bucket is full).
+function token_bucket.take(key, now, a, s, member)
+  redis.call('SET', key, string.format('%.0f', s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
+  return math.floor((now - s.allow_at) / s.interval), s.new_tat - now
+end
+
+-- Reports without consuming: remaining, reset, retry_after.
+function token_bucket.report(key, now, a, s)
+  local retry = 0
+  if s.allow_at > now then
+    retry = s.allow_at - now
+  end
+  local remaining = a.param - math.ceil((s.tat - now) / s.interval)
+  if remaining < 0 then
+    remaining = 0
+  end
+  return remaining, s.tat - now, retry
+end
+
+-- Gives back `cost` units.
+function token_bucket.refund(key, a, member, taken)
+  local tat = tonumber(redis.call('GET', key))
+  if tat then
+    local interval = math.ceil(a.window / a.limit)
+    redis.call('SET', key, string.format('%.0f', tat - interval * a.cost), 'KEEPTTL')
+  end
+end
