@@ -146,11 +146,12 @@ impl Drop for RedisServer {
 // ------------------------------------------------------------------- upstream
 
 /// An HTTP/1.1 upstream (keep-alive) that answers `200 upstream ok` and counts
-/// the requests it served.
+/// the requests it served. A path `/slow/MS...` is answered after MS ms.
 pub struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
     hits: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
     last_headers: Arc<Mutex<Vec<(String, String)>>>,
     stop: Arc<AtomicBool>,
 }
@@ -161,22 +162,29 @@ impl Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
         let addr = listener.local_addr().expect("upstream addr");
         let hits = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let last_headers = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, l, s) = (hits.clone(), last_headers.clone(), stop.clone());
+        let (h, f, l, s) = (
+            hits.clone(),
+            in_flight.clone(),
+            last_headers.clone(),
+            stop.clone(),
+        );
         thread::spawn(move || {
             for stream in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(stream) = stream else { continue };
-                let (h, l) = (h.clone(), l.clone());
-                thread::spawn(move || serve_upstream_connection(stream, &h, &l));
+                let (h, f, l) = (h.clone(), f.clone(), l.clone());
+                thread::spawn(move || serve_upstream_connection(stream, &h, &f, &l));
             }
         });
         Self {
             addr,
             hits,
+            in_flight,
             last_headers,
             stop,
         }
@@ -185,6 +193,11 @@ impl Upstream {
     /// Requests served so far.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Requests being served right now (slow paths).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
     }
 
     /// Header of the last request served (lower-case name).
@@ -207,6 +220,7 @@ impl Drop for Upstream {
 fn serve_upstream_connection(
     stream: TcpStream,
     hits: &AtomicUsize,
+    in_flight: &AtomicUsize,
     last: &Mutex<Vec<(String, String)>>,
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
@@ -245,6 +259,17 @@ fn serve_upstream_connection(
             return;
         }
         *last.lock().unwrap() = headers;
+        let delay = request_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|path| path.strip_prefix("/slow/"))
+            .and_then(|rest| rest.split(['/', '?']).next())
+            .and_then(|ms| ms.parse::<u64>().ok());
+        if let Some(ms) = delay {
+            in_flight.fetch_add(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(ms));
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
         hits.fetch_add(1, Ordering::SeqCst);
         let response =
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nupstream ok";
