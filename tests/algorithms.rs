@@ -366,3 +366,37 @@ fn draft_headers_are_structured_fields() {
             .expect("policy on a denial"),
     );
 }
+
+/// A request denied by one limit consumes nothing from the route's other
+/// limits, whatever their algorithms (one script over all keys).
+#[test]
+fn mixed_algorithms_are_all_or_nothing() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let routes = "  - name: login\n    upstream: api\n    limits:\n      - { name: log, key: [{header: X-User}], limit: 1, window: 1m }\n      - { name: window, key: [{header: X-User}], limit: 1, window: 1m, algorithm: sliding_window }\n      - { name: fixed, key: [{header: X-User}], limit: 1, window: 1h, algorithm: fixed_window }\n      - { name: bucket, key: [{header: X-User}], limit: 1, window: 1h, algorithm: token_bucket }\n      - { name: flight, key: [{header: X-User}], limit: 1, algorithm: concurrency }\n      - { name: per-ip, key: [ip], limit: 1, window: 1m }\n";
+    let sluice = Sluice::start(&routes_config(
+        &redis,
+        &upstream,
+        routes,
+        "  deny_cache: false\nclient_ip:\n  trusted_proxies: [127.0.0.1]",
+    ));
+    let send = |user: &str, ip: &str| {
+        sluice
+            .get("/login", &[("X-User", user), ("X-Forwarded-For", ip)])
+            .status
+    };
+    assert_eq!(send("a", "10.0.0.1"), 200);
+    assert_eq!(send("a", "10.0.0.2"), 429, "a's own limits are used up");
+    let denied = sluice.get(
+        "/login",
+        &[("X-User", "b"), ("X-Forwarded-For", "10.0.0.1")],
+    );
+    assert_eq!(denied.status, 429);
+    assert!(
+        denied.body.contains(r#""limit":"per-ip""#),
+        "{}",
+        denied.body
+    );
+    assert_eq!(send("b", "10.0.0.3"), 200, "b's limits were untouched");
+    assert_eq!(upstream.hits(), 2);
+}

@@ -113,3 +113,49 @@ routes:
         });
     }
 }
+
+/// Every algorithm gives back what it took when a later limit (on another
+/// slot) denies the request: the refund mode of each script, on a cluster.
+#[test]
+fn every_algorithm_refunds_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let sluice = Sluice::start(&format!(
+        r#"
+client_ip:
+  trusted_proxies: [127.0.0.1]
+limiter:
+  redis:
+    cluster: {nodes}
+    timeout: 2s
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: login
+    respond: {{ status: 200, body: "ok" }}
+    limits:
+      - {{ name: log, key: [{{header: X-User}}], limit: 1, window: 1m }}
+      - {{ name: window, key: [{{header: X-User}}], limit: 1, window: 1m, algorithm: sliding_window }}
+      - {{ name: fixed, key: [{{header: X-User}}], limit: 1, window: 1h, algorithm: fixed_window }}
+      - {{ name: bucket, key: [{{header: X-User}}], limit: 1, window: 1h, algorithm: token_bucket }}
+      - {{ name: flight, key: [{{header: X-User}}], limit: 1, algorithm: concurrency }}
+      - {{ name: per-ip, key: [ip], limit: 1, window: 1m }}
+"#,
+        nodes = cluster.urls_yaml()
+    ));
+    let send = |user: &str, ip: &str| {
+        sluice
+            .get("/login", &[("X-User", user), ("X-Forwarded-For", ip)])
+            .status
+    };
+    assert_eq!(send("a", "10.0.0.1"), 200);
+    assert_eq!(send("a", "10.0.0.2"), 429, "a's own limits are used up");
+    // b's five user limits take a unit each; the IP limit then denies.
+    assert_eq!(send("b", "10.0.0.1"), 429);
+    // Once the refunds have run, b passes from a fresh address. An attempt
+    // that comes too early is denied and, again, consumes nothing.
+    let mut next_ip = 10;
+    wait_until(std::time::Duration::from_secs(5), "b's refunds", || {
+        next_ip += 1;
+        send("b", &format!("10.0.1.{next_ip}")) == 200
+    });
+}

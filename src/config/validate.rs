@@ -111,6 +111,21 @@ pub(super) fn validate(
         routes.push(route(&mut c, &path, r, &upstreams));
     }
     check_shares(&mut c, &routes);
+    if identity == IdentityConfig::None {
+        for (r, route) in routes.iter().enumerate() {
+            for (l, limit) in route.limits.iter().enumerate() {
+                if limit.key.contains(&KeyPart::User) {
+                    c.warning(
+                        &format!("routes[{r}].limits[{l}].key"),
+                        format!(
+                            "limit `{}` keys by `user` but no `identity` is configured: every request takes `on_missing`",
+                            limit.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
 
     if c.problems.is_empty() {
         Ok((

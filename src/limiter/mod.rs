@@ -172,19 +172,6 @@ pub struct Outcome {
     pub member: String,
 }
 
-impl Outcome {
-    /// Time until the request would pass: the longest `retry_after` of the
-    /// denying limits.
-    pub fn retry_after(&self) -> Duration {
-        self.decisions
-            .iter()
-            .filter(|d| !d.allowed)
-            .map(|d| d.retry_after)
-            .max()
-            .unwrap_or_default()
-    }
-}
-
 /// The primary limiter plus the failure policy.
 pub struct Decider {
     redis: Option<Remote>,

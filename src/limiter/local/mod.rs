@@ -414,4 +414,59 @@ mod tests {
         limiter.decide(&[check("fresh", 10, 60_000)], "m");
         assert!(limiter.len() <= 160);
     }
+
+    #[test]
+    fn concurrency_leases_are_released_by_member() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let lease = LimitCheck {
+            algorithm: Algorithm::Concurrency {
+                lease: Duration::from_secs(30),
+            },
+            ..check("c", 2, 0)
+        };
+        assert!(limiter.decide(&[lease], "r1")[0].allowed);
+        assert!(limiter.decide(&[lease], "r2")[0].allowed);
+        let third = limiter.decide(&[lease], "r3")[0];
+        assert!(!third.allowed);
+        assert_eq!(third.remaining, 0);
+        limiter.release(&[lease], "r1");
+        assert!(limiter.decide(&[lease], "r4")[0].allowed);
+        // Unreleased leases expire by themselves.
+        clock.set_ms(30_000);
+        assert_eq!(limiter.decide(&[lease], "r5")[0].remaining, 1);
+    }
+
+    #[test]
+    fn shadow_checks_never_deny_and_consume_only_what_they_admit() {
+        let limiter = LocalLimiter::with_clock(100, FakeClock::default());
+        let shadow = LimitCheck {
+            shadow: true,
+            ..check("s", 1, 1000)
+        };
+        let first = limiter.decide(&[check("e", 10, 1000), shadow], "m1");
+        assert!(first[0].allowed && first[1].allowed);
+        let second = limiter.decide(&[check("e", 10, 1000), shadow], "m2");
+        assert!(second[0].allowed, "the request is admitted");
+        assert!(!second[1].allowed, "the shadow limit reports a denial");
+        assert_eq!(second[0].remaining, 8, "the enforced limit consumed");
+        // A request the enforced limit denies consumes no shadow unit.
+        let full = limiter.decide(&[check("x", 1, 1000)], "m3");
+        assert!(full[0].allowed);
+        let denied = limiter.decide(
+            &[
+                check("x", 1, 1000),
+                LimitCheck {
+                    shadow: true,
+                    ..check("s2", 5, 1000)
+                },
+            ],
+            "m4",
+        );
+        assert!(!denied[0].allowed);
+        assert_eq!(
+            limiter.decide(&[check("s2", 5, 1000)], "m5")[0].remaining,
+            4
+        );
+    }
 }
