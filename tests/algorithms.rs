@@ -196,13 +196,21 @@ fn token_bucket_admits_its_burst_then_the_refill_rate() {
         "  deny_cache: false",
     ));
     let addr = sluice.addr;
+    let burst_started = Instant::now();
     let statuses = concurrent(20, move |_| get(addr, "/x", &[]));
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        5,
-        "{statuses:?}"
+    let burst_took = burst_started.elapsed();
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    // Exactly the burst, plus whatever refilled (one unit per 100 ms) while a
+    // loaded machine took its time to deliver the 20 requests.
+    let refilled_meanwhile = (burst_took.as_millis() / 100) as usize;
+    assert!(
+        (5..=5 + refilled_meanwhile).contains(&admitted),
+        "{admitted} admitted in a burst of 20 that took {burst_took:?}: {statuses:?}"
     );
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 15);
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        20 - admitted
+    );
 
     // Then keep asking for 2 s: the bucket refills one unit every 100 ms.
     let start = Instant::now();
