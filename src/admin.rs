@@ -1,7 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` (DESIGN §7).
 
-use crate::limiter::Decider;
 use crate::metrics::Metrics;
+use crate::state::SharedState;
 use async_trait::async_trait;
 use http::{Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -11,13 +11,13 @@ use std::sync::Arc;
 /// Serves the admin endpoints. Everything it reads is shared, lock-free state.
 pub struct AdminApp {
     metrics: Arc<Metrics>,
-    decider: Arc<Decider>,
+    state: SharedState,
 }
 
 impl AdminApp {
-    /// An admin app over the gateway's metrics and limiter.
-    pub fn new(metrics: Arc<Metrics>, decider: Arc<Decider>) -> Self {
-        Self { metrics, decider }
+    /// An admin app over the gateway's metrics and its current state's limiter.
+    pub fn new(metrics: Arc<Metrics>, state: SharedState) -> Self {
+        Self { metrics, state }
     }
 }
 
@@ -47,7 +47,7 @@ impl ServeHttp for AdminApp {
                 self.metrics.encode(),
             ),
             "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
-            "/readyz" if self.decider.is_ready() => {
+            "/readyz" if self.state.load().decider.is_ready() => {
                 text(StatusCode::OK, plain, b"ready\n".to_vec())
             }
             "/readyz" => text(

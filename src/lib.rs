@@ -1,16 +1,22 @@
 //! sluice: a reverse-proxy API gateway on Pingora with exact, distributed rate
 //! limits kept in Redis. See `DESIGN.md` for the contract and `README.md` for use.
 //!
-//! Dependencies point one way: [`proxy`] glues [`route`], [`keys`], [`limiter`]
-//! and [`metrics`] together; [`limiter`] knows nothing of HTTP; [`config`]
+//! Dependencies point one way: [`state`] builds what requests need from a
+//! [`config::Config`] ([`route`], [`keys`], [`identity`], [`limiter`],
+//! [`upstream`]); [`proxy`] glues it to Pingora and [`metrics`]; [`reload`]
+//! swaps the state on `SIGHUP`; [`limiter`] knows nothing of HTTP; [`config`]
 //! knows nothing of Redis or Pingora sessions.
 
+pub mod access_log;
 pub mod admin;
 pub mod config;
+pub mod health;
 pub mod identity;
 pub mod keys;
 pub mod limiter;
 pub mod metrics;
 pub mod proxy;
+pub mod reload;
 pub mod route;
+pub mod state;
 pub mod upstream;

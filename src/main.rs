@@ -1,14 +1,18 @@
 //! `sluice` command line: load and validate the config, then start Pingora.
 
+use arc_swap::ArcSwap;
 use clap::Parser;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
+use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
-use sluice::limiter::Decider;
+use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
 use sluice::proxy::Gateway;
+use sluice::reload::Reloader;
+use sluice::state::{GatewayState, SharedState};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -68,17 +72,12 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
-    let decider = Arc::new(
-        Decider::new(&config.limiter, metrics.redis.clone())
-            .map_err(|e| format!("limiter: {e}"))?,
-    );
-
     let server_conf = ServerConf {
         threads: config.server.threads,
         grace_period_seconds: Some(config.server.grace_period.as_secs_f64().ceil() as u64),
         graceful_shutdown_timeout_seconds: Some(1),
-        pid_file: "/tmp/sluice.pid".into(),
-        upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
+        pid_file: config.server.pid_file.clone(),
+        upgrade_sock: config.server.upgrade_sock.clone(),
         ..ServerConf::default()
     };
     let opt = Opt {
@@ -86,45 +85,46 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         daemon: cli.daemon,
         ..Opt::default()
     };
+    let listen = config.server.listen.clone();
+    let admin_addr = config.server.admin.clone();
+    let routes = config.routes.len();
+
+    let state = GatewayState::build(config, &metrics, None)
+        .map_err(|e| format!("{}: {e}", cli.config.display()))?;
+    let state: SharedState = Arc::new(ArcSwap::from_pointee(state));
+    // Installed before the server starts, so that no SIGHUP is ever fatal.
+    let reloader = Reloader::new(cli.config.clone(), Arc::clone(&state), Arc::clone(&metrics))
+        .map_err(|e| format!("SIGHUP handler: {e}"))?;
+
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     server.bootstrap();
 
-    let mut upstreams = Vec::with_capacity(config.upstreams.len());
-    for upstream_config in &config.upstreams {
-        let (upstream, health_check) = sluice::upstream::build(upstream_config)
-            .map_err(|e| format!("upstream `{}`: {e}", upstream_config.name))?;
-        upstreams.push(upstream);
-        if let Some(service) = health_check {
-            server.add_service(service);
-        }
-    }
-
-    let gateway = Gateway::new(
-        &config,
-        upstreams,
-        Arc::clone(&decider),
-        Arc::clone(&metrics),
-    )
-    .map_err(|e| format!("identity.jwt key: {e}"))?;
     let mut proxy = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
-        gateway,
+        Gateway::new(Arc::clone(&state), Arc::clone(&metrics)),
         "sluice proxy",
     );
-    for addr in &config.server.listen {
+    for addr in &listen {
         proxy.add_tcp(addr);
     }
-    let mut admin = Service::new("sluice admin".to_string(), AdminApp::new(metrics, decider));
-    admin.add_tcp(&config.server.admin);
+    let mut admin = Service::new(
+        "sluice admin".to_string(),
+        AdminApp::new(metrics, Arc::clone(&state)),
+    );
+    admin.add_tcp(&admin_addr);
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);
+    server.add_service(background_service("sluice reload", reloader));
+    server.add_service(background_service(
+        "sluice health checks",
+        HealthChecks::new(state),
+    ));
 
     log::info!(
-        "sluice listening on {} (admin {}), {} routes",
-        config.server.listen.join(", "),
-        config.server.admin,
-        config.routes.len()
+        "sluice listening on {} (admin {}), {routes} routes",
+        listen.join(", "),
+        admin_addr,
     );
     server.run_forever()
 }
@@ -184,27 +184,7 @@ fn print_summary(path: &std::path::Path, config: &Config) {
         };
         println!("  route {} {target}", route.name);
         for limit in &route.limits {
-            let rate = match limit.algorithm {
-                sluice::config::Algorithm::Concurrency { lease } => format!(
-                    "{} in flight (lease {})",
-                    limit.limit,
-                    format_duration(lease)
-                ),
-                sluice::config::Algorithm::TokenBucket { burst } => format!(
-                    "{} per {}, burst {burst}",
-                    limit.limit,
-                    format_duration(limit.window)
-                ),
-                _ => format!("{} per {}", limit.limit, format_duration(limit.window)),
-            };
-            let mut notes = vec![limit.algorithm.name().to_string()];
-            if let Some(share) = &limit.share {
-                notes.push(format!("shared as {share}"));
-            }
-            if limit.shadow {
-                notes.push("shadow".into());
-            }
-            println!("    limit {}: {rate} ({})", limit.name, notes.join(", "));
+            println!("    limit {}: {}", limit.name, limit.describe());
         }
     }
 }

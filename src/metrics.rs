@@ -48,6 +48,17 @@ pub enum DecisionLabel {
     ShadowDeny,
 }
 
+impl DecisionLabel {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecisionLabel::Allow => "allow",
+            DecisionLabel::Deny => "deny",
+            DecisionLabel::ShadowDeny => "shadow_deny",
+        }
+    }
+}
+
 /// Pre-resolved decision counters of one limit, indexed by decision and source,
 /// so the request path does no label hashing.
 #[derive(Clone)]

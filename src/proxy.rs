@@ -3,15 +3,19 @@
 //! `request_filter` matches the route, builds the limit keys, asks the
 //! [`Decider`] and either lets the request through or answers it (404, 429,
 //! 503, or a `respond:` route). `response_filter` adds the rate-limit headers
-//! to proxied responses; `logging` counts every request.
+//! to proxied responses; `logging` releases concurrency leases, counts every
+//! request and writes its access-log line.
+//!
+//! Each request works on the [`GatewayState`] that was current when it
+//! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
-use crate::config::{Algorithm, Config, HeaderStyle, LimitConfig, OnMissing, RouteAction};
-use crate::identity::{Identity, User};
-use crate::keys::{build_key, ClientIpResolver, RequestParts};
-use crate::limiter::{Decider, Decision, LimitCheck, Outcome, Source};
-use crate::metrics::{DecisionLabel, LimitCounters, Metrics};
-use crate::route::RouteTable;
-use crate::upstream::Upstream;
+use crate::access_log::AccessLogLine;
+use crate::config::{Algorithm, HeaderStyle, OnMissing, RouteAction};
+use crate::identity::User;
+use crate::keys::{build_key, RequestParts};
+use crate::limiter::{Decision, LimitCheck, Outcome, Source};
+use crate::metrics::{DecisionLabel, Metrics};
+use crate::state::{CompiledRoute, GatewayState, SharedState};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header;
@@ -24,35 +28,17 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The gateway: everything a request needs, built once from a [`Config`].
+/// The gateway: the swappable [`GatewayState`] plus the process-wide metrics.
 pub struct Gateway {
-    routes: RouteTable,
-    compiled: Vec<CompiledRoute>,
-    upstreams: Vec<Upstream>,
-    client_ip: ClientIpResolver,
-    identity: Identity,
-    key_prefix: String,
-    deny_status: u16,
-    header_style: HeaderStyle,
-    decider: Arc<Decider>,
+    state: SharedState,
     metrics: Arc<Metrics>,
     unmatched_duration: Histogram,
 }
 
-struct CompiledRoute {
-    name: String,
-    action: RouteAction,
-    limits: Vec<CompiledLimit>,
-    duration: Histogram,
-}
-
-struct CompiledLimit {
-    config: LimitConfig,
-    counters: LimitCounters,
-}
-
 /// Per-request state shared between the filters.
 pub struct RequestCtx {
+    /// The configuration this request is served with, from start to end.
+    state: Arc<GatewayState>,
     route: Option<usize>,
     started: Instant,
     /// (limit index, decision) of the enforced limits that applied, most
@@ -60,6 +46,21 @@ pub struct RequestCtx {
     rate: Vec<(usize, Decision)>,
     /// Concurrency leases to release when the response ends.
     leases: Option<HeldLeases>,
+    /// What the limiter decided, for the access log.
+    verdict: Option<Verdict>,
+    /// The client IP, once known.
+    client: Option<IpAddr>,
+    /// The upstream server chosen.
+    upstream_addr: Option<String>,
+}
+
+/// The limiter's decision on a request, as the access log reports it.
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    label: DecisionLabel,
+    /// The limit that denied (or would have, for shadow), by index.
+    limit: Option<usize>,
+    source: Source,
 }
 
 /// The concurrency leases an admitted request holds.
@@ -75,72 +76,33 @@ enum KeyError {
 }
 
 impl Gateway {
-    /// Builds the gateway. `upstreams` must be in `config.upstreams` order.
-    /// Fails only if JWT key material that validation accepted does not parse.
-    pub fn new(
-        config: &Config,
-        upstreams: Vec<Upstream>,
-        decider: Arc<Decider>,
-        metrics: Arc<Metrics>,
-    ) -> std::result::Result<Self, jsonwebtoken::errors::Error> {
-        let compiled = config
-            .routes
-            .iter()
-            .map(|route| CompiledRoute {
-                name: route.name.clone(),
-                action: route.action.clone(),
-                limits: route
-                    .limits
-                    .iter()
-                    .map(|limit| CompiledLimit {
-                        config: limit.clone(),
-                        counters: metrics.limit_counters(&route.name, &limit.name, limit.shadow),
-                    })
-                    .collect(),
-                duration: metrics
-                    .request_duration
-                    .with_label_values(&[route.name.as_str()]),
-            })
-            .collect();
-        Ok(Self {
-            routes: RouteTable::new(&config.routes),
-            compiled,
-            upstreams,
-            client_ip: ClientIpResolver::new(&config.client_ip),
-            identity: Identity::new(&config.identity)?,
-            key_prefix: config.limiter.redis.key_prefix.clone(),
-            deny_status: config.response.status,
-            header_style: config.response.headers,
+    /// A gateway serving whatever state `state` holds when each request starts.
+    pub fn new(state: SharedState, metrics: Arc<Metrics>) -> Self {
+        Self {
             unmatched_duration: metrics.request_duration.with_label_values(&["_unmatched"]),
-            decider,
+            state,
             metrics,
-        })
+        }
     }
 
     /// Builds the counter keys of the route's limits for this request, as
     /// (limit index, key). Limits whose key part is missing with
     /// `on_missing: skip` are left out.
     fn limit_keys(
-        &self,
+        state: &GatewayState,
         route: &CompiledRoute,
         session: &Session,
+        client: IpAddr,
     ) -> std::result::Result<Vec<(usize, String)>, KeyError> {
         let req = session.req_header();
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip())
-            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let forwarded = req.headers.get_all("x-forwarded-for");
-        let client = self
-            .client_ip
-            .client_ip(peer, forwarded.iter().map(|v| v.as_bytes()));
-        let ip_text = self.client_ip.key_text(client);
+        let ip_text = state.client_ip.key_text(client);
         let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
-        let user = self.identity.user(header, self.client_ip.is_trusted(peer));
+        let user = state
+            .identity
+            .user(header, state.client_ip.is_trusted(peer_ip(session)));
         let user = match user {
             User::Known(user) => Some(user),
-            User::Invalid(_) | User::Absent if self.identity.required() => {
+            User::Invalid(_) | User::Absent if state.identity.required() => {
                 return Err(KeyError::Unauthorized)
             }
             User::Invalid(reason) => {
@@ -169,7 +131,7 @@ impl Gateway {
                     None => (route.name.as_str(), c.name.as_str()),
                 };
                 build_key(
-                    &self.key_prefix,
+                    &state.config.limiter.redis.key_prefix,
                     scope,
                     name,
                     &c.key,
@@ -246,15 +208,16 @@ impl Gateway {
 
     /// The configured rate-limit headers (DESIGN §6) for `entries`.
     fn rate_headers(
-        &self,
+        state: &GatewayState,
         route: Option<&CompiledRoute>,
         entries: &[(usize, Decision)],
     ) -> Vec<(&'static str, String)> {
+        let style = state.config.response.headers;
         let (Some(route), Some((first, most))) = (route, entries.first()) else {
             return Vec::new();
         };
         let mut headers = Vec::new();
-        if matches!(self.header_style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
             headers.push((
                 "x-ratelimit-limit",
                 route.limits[*first].config.limit.to_string(),
@@ -262,7 +225,7 @@ impl Gateway {
             headers.push(("x-ratelimit-remaining", most.remaining.to_string()));
             headers.push(("x-ratelimit-reset", ceil_secs(most.reset).to_string()));
         }
-        if matches!(self.header_style, HeaderStyle::Draft | HeaderStyle::Both) {
+        if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
             let mut policy = String::new();
             let mut state = String::new();
             for (n, (i, d)) in entries.iter().enumerate() {
@@ -329,20 +292,69 @@ async fn respond(
 
 const JSON: &str = "application/json";
 
+/// The socket peer's IP (loopback if the connection is not over IP).
+fn peer_ip(session: &Session) -> IpAddr {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).
+fn client_ip(state: &GatewayState, session: &Session) -> IpAddr {
+    let forwarded = session.req_header().headers.get_all("x-forwarded-for");
+    state
+        .client_ip
+        .client_ip(peer_ip(session), forwarded.iter().map(|v| v.as_bytes()))
+}
+
+/// What the access log says the limiter decided.
+fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -> Verdict {
+    let decisions = keys.iter().zip(&outcome.decisions);
+    let (label, limit) = if !outcome.admitted {
+        // The enforced limit that denies longest names the denial.
+        let denying = decisions
+            .filter(|((i, _), d)| !d.allowed && !route.limits[*i].config.shadow)
+            .max_by_key(|(_, d)| d.retry_after)
+            .map(|((i, _), _)| *i);
+        (DecisionLabel::Deny, denying)
+    } else {
+        match decisions
+            .filter(|((i, _), d)| !d.allowed && route.limits[*i].config.shadow)
+            .map(|((i, _), _)| *i)
+            .next()
+        {
+            Some(shadow) => (DecisionLabel::ShadowDeny, Some(shadow)),
+            None => (DecisionLabel::Allow, None),
+        }
+    };
+    Verdict {
+        label,
+        limit,
+        source: outcome.source,
+    }
+}
+
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
+            state: self.state.load_full(),
             route: None,
             started: Instant::now(),
             rate: Vec::new(),
             leases: None,
+            verdict: None,
+            client: None,
+            upstream_addr: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let state = Arc::clone(&ctx.state);
         let found = {
             let req = session.req_header();
             let host = req
@@ -350,7 +362,7 @@ impl ProxyHttp for Gateway {
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .or_else(|| req.uri.host());
-            self.routes.find(req.method.as_str(), host, req.uri.path())
+            state.routes.find(req.method.as_str(), host, req.uri.path())
         };
         let Some(index) = found else {
             respond(
@@ -364,10 +376,12 @@ impl ProxyHttp for Gateway {
             return Ok(true);
         };
         ctx.route = Some(index);
-        let route = &self.compiled[index];
+        let route = &state.compiled[index];
 
         if !route.limits.is_empty() {
-            let keys = match self.limit_keys(route, session) {
+            let client = client_ip(&state, session);
+            ctx.client = Some(client);
+            let keys = match Self::limit_keys(&state, route, session, client) {
                 Ok(keys) => keys,
                 Err(KeyError::Unauthorized) => {
                     respond(
@@ -383,9 +397,11 @@ impl ProxyHttp for Gateway {
             };
             if !keys.is_empty() {
                 let checks = Self::checks(route, &keys);
-                let outcome = self.decider.decide(&checks).await;
+                let outcome = state.decider.decide(&checks).await;
                 Self::count_decisions(route, &keys, &outcome);
                 ctx.rate = Self::rate_entries(route, &keys, &outcome.decisions);
+                let verdict = verdict(route, &keys, &outcome);
+                ctx.verdict = Some(verdict);
 
                 if outcome.source == Source::FailClosed {
                     let body = format!(
@@ -403,22 +419,31 @@ impl ProxyHttp for Gateway {
                     return Ok(true);
                 }
                 if !outcome.admitted {
-                    // The enforced limit that denies longest names the denial.
-                    let (denying, wait) = keys
-                        .iter()
-                        .zip(&outcome.decisions)
-                        .filter(|((i, _), d)| !d.allowed && !route.limits[*i].config.shadow)
-                        .max_by_key(|(_, d)| d.retry_after)
-                        .map(|((i, _), d)| (route.limits[*i].config.name.as_str(), d.retry_after))
+                    let (denying, wait) = verdict
+                        .limit
+                        .and_then(|i| {
+                            let d = keys.iter().position(|(k, _)| *k == i)?;
+                            Some((
+                                route.limits[i].config.name.as_str(),
+                                outcome.decisions[d].retry_after,
+                            ))
+                        })
                         .unwrap_or(("", Duration::ZERO));
                     let retry_after = ceil_secs(wait).max(1);
                     let mut headers = vec![("retry-after", retry_after.to_string())];
-                    headers.extend(self.rate_headers(Some(route), &ctx.rate));
+                    headers.extend(Self::rate_headers(&state, Some(route), &ctx.rate));
                     let body = format!(
                         r#"{{"error":"too_many_requests","route":"{}","limit":"{denying}","retry_after_seconds":{retry_after}}}"#,
                         route.name
                     );
-                    respond(session, self.deny_status, JSON, &headers, body.into()).await?;
+                    respond(
+                        session,
+                        state.config.response.status,
+                        JSON,
+                        &headers,
+                        body.into(),
+                    )
+                    .await?;
                     return Ok(true);
                 }
                 let held: Vec<(usize, String)> = keys
@@ -443,7 +468,7 @@ impl ProxyHttp for Gateway {
         }
 
         if let RouteAction::Respond { status, body } = &route.action {
-            let headers = self.rate_headers(Some(route), &ctx.rate);
+            let headers = Self::rate_headers(&state, Some(route), &ctx.rate);
             let body = Bytes::copy_from_slice(body.as_bytes());
             respond(
                 session,
@@ -463,8 +488,8 @@ impl ProxyHttp for Gateway {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        let upstream = match ctx.route.map(|i| &self.compiled[i].action) {
-            Some(RouteAction::Upstream(u)) => &self.upstreams[*u],
+        let upstream = match ctx.route.map(|i| &ctx.state.compiled[i].action) {
+            Some(RouteAction::Upstream(u)) => &ctx.state.upstreams[*u],
             _ => {
                 return Err(Error::explain(
                     ErrorType::InternalError,
@@ -475,12 +500,15 @@ impl ProxyHttp for Gateway {
         let backend = upstream.balancer.select(b"", 256).ok_or_else(|| {
             Error::explain(
                 ErrorType::HTTPStatus(502),
-                format!("no healthy server in upstream `{}`", upstream.name),
+                format!("no healthy server in upstream `{}`", upstream.name()),
             )
         })?;
+        if ctx.state.config.server.access_log {
+            ctx.upstream_addr = Some(backend.addr.to_string());
+        }
         let mut peer = HttpPeer::new(backend, false, String::new());
-        peer.options.connection_timeout = Some(upstream.connect_timeout);
-        peer.options.read_timeout = Some(upstream.read_timeout);
+        peer.options.connection_timeout = Some(upstream.connect_timeout());
+        peer.options.read_timeout = Some(upstream.read_timeout());
         Ok(Box::new(peer))
     }
 
@@ -513,8 +541,8 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let route = ctx.route.map(|i| &self.compiled[i]);
-        for (name, value) in self.rate_headers(route, &ctx.rate) {
+        let route = ctx.route.map(|i| &ctx.state.compiled[i]);
+        for (name, value) in Self::rate_headers(&ctx.state, route, &ctx.rate) {
             upstream_response.insert_header(name, value)?;
         }
         Ok(())
@@ -526,10 +554,11 @@ impl ProxyHttp for Gateway {
         _e: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
-        if let (Some(held), Some(i)) = (ctx.leases.take(), ctx.route) {
-            let route = &self.compiled[i];
+        let state = Arc::clone(&ctx.state);
+        let route = ctx.route.map(|i| &state.compiled[i]);
+        if let (Some(held), Some(route)) = (ctx.leases.take(), route) {
             let checks = Self::checks(route, &held.keys);
-            self.decider.release(&checks, &held.outcome).await;
+            state.decider.release(&checks, &held.outcome).await;
         }
         let status = session
             .response_written()
@@ -537,14 +566,44 @@ impl ProxyHttp for Gateway {
             .unwrap_or(0);
         let code = http::StatusCode::from_u16(status).ok();
         let status_label = code.as_ref().map(|c| c.as_str()).unwrap_or("0");
-        let (route, duration) = match ctx.route {
-            Some(i) => (self.compiled[i].name.as_str(), &self.compiled[i].duration),
+        let (route_name, duration) = match route {
+            Some(route) => (route.name.as_str(), &route.duration),
             None => ("_unmatched", &self.unmatched_duration),
         };
+        let elapsed = ctx.started.elapsed();
         self.metrics
             .requests
-            .with_label_values(&[route, status_label])
+            .with_label_values(&[route_name, status_label])
             .inc();
-        duration.observe(ctx.started.elapsed().as_secs_f64());
+        duration.observe(elapsed.as_secs_f64());
+
+        if state.config.server.access_log {
+            let upstream = match route.map(|r| &r.action) {
+                Some(RouteAction::Upstream(u)) if ctx.upstream_addr.is_some() => {
+                    Some(state.upstreams[*u].name())
+                }
+                _ => None,
+            };
+            let req = session.req_header();
+            let verdict = ctx.verdict;
+            AccessLogLine {
+                time: AccessLogLine::now(),
+                route: route_name,
+                method: req.method.as_str(),
+                path: req.uri.path(),
+                status,
+                upstream,
+                upstream_addr: ctx.upstream_addr.take(),
+                duration_ms: elapsed.as_secs_f64() * 1000.0,
+                decision: verdict.map(|v| v.label.name()),
+                limit: verdict
+                    .and_then(|v| v.limit)
+                    .zip(route)
+                    .map(|(i, r)| r.limits[i].config.name.as_str()),
+                source: verdict.map(|v| v.source.label()),
+                client: Some(ctx.client.unwrap_or_else(|| client_ip(&state, session))),
+            }
+            .write();
+        }
     }
 }

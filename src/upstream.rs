@@ -2,46 +2,71 @@
 
 use crate::config::UpstreamConfig;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
-use pingora::services::background::{background_service, GenBackgroundService};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// One upstream pool, ready for peer selection.
 pub struct Upstream {
-    /// Name from the config (for logs and errors).
-    pub name: String,
+    /// The settings it was built from (a reload keeps the pool, and its
+    /// servers' health, when they are unchanged).
+    pub config: UpstreamConfig,
     /// Round-robin balancer; with a health check, unhealthy servers are skipped.
-    pub balancer: Arc<LoadBalancer<RoundRobin>>,
-    /// Connect timeout to a server.
-    pub connect_timeout: Duration,
-    /// Read timeout on a server's response.
-    pub read_timeout: Duration,
+    pub balancer: LoadBalancer<RoundRobin>,
+    /// When the next health check is due (`None`: no health check).
+    next_check: Mutex<Option<Instant>>,
 }
 
-/// The background health-check service of an upstream, if it has one; it
-/// must be added to the Pingora server for checks to run.
-pub type HealthCheckService = GenBackgroundService<LoadBalancer<RoundRobin>>;
-
-/// Builds the pool for `config`. Addresses were resolved at config load, so
-/// this performs no DNS lookup.
-pub fn build(config: &UpstreamConfig) -> std::io::Result<(Upstream, Option<HealthCheckService>)> {
-    let mut balancer = LoadBalancer::<RoundRobin>::try_from_iter(config.servers.iter().copied())?;
-    let (balancer, service) = match config.health_check {
-        Some(interval) => {
+impl Upstream {
+    /// Builds the pool for `config`. Addresses were resolved at config load,
+    /// so this performs no DNS lookup.
+    pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
+        let mut balancer =
+            LoadBalancer::<RoundRobin>::try_from_iter(config.servers.iter().copied())?;
+        if let Some(interval) = config.health_check {
             balancer.set_health_check(TcpHealthCheck::new());
             balancer.health_check_frequency = Some(interval);
-            let service = background_service(&format!("health check {}", config.name), balancer);
-            (service.task(), Some(service))
         }
-        None => (Arc::new(balancer), None),
-    };
-    Ok((
-        Upstream {
-            name: config.name.clone(),
+        Ok(Upstream {
+            config: config.clone(),
             balancer,
-            connect_timeout: config.connect_timeout,
-            read_timeout: config.read_timeout,
-        },
-        service,
-    ))
+            next_check: Mutex::new(config.health_check.map(|_| Instant::now())),
+        })
+    }
+
+    /// Its name in the config.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Connect timeout to a server.
+    pub fn connect_timeout(&self) -> Duration {
+        self.config.connect_timeout
+    }
+
+    /// Read timeout on a server's response.
+    pub fn read_timeout(&self) -> Duration {
+        self.config.read_timeout
+    }
+
+    /// Whether a health check is due at `now`; if so, the next one is
+    /// scheduled an interval later, so each due check is claimed once.
+    pub fn claim_due_health_check(&self, now: Instant) -> bool {
+        let Some(interval) = self.config.health_check else {
+            return false;
+        };
+        let mut next = self.next_check.lock().unwrap_or_else(|p| p.into_inner());
+        match *next {
+            Some(due) if due <= now => {
+                *next = Some(now + interval);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs one TCP health check of every server. Servers that fail are
+    /// skipped by selection until a later check succeeds.
+    pub async fn run_health_check(&self) {
+        self.balancer.backends().run_health_check(false).await;
+    }
 }

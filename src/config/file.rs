@@ -38,8 +38,19 @@ pub struct ServerFile {
     pub admin: Option<String>,
     pub threads: Option<usize>,
     pub grace_period: Option<String>,
+    pub pid_file: Option<String>,
+    pub upgrade_sock: Option<String>,
+    pub access_log: Option<AccessLogFile>,
     /// Not supported yet.
     pub tls: Option<Value>,
+}
+
+/// `server.access_log`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFile {
+    Stderr,
+    Off,
 }
 
 /// `client_ip:`.

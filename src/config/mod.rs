@@ -6,6 +6,7 @@
 //! uses. Every error names `path:line:column` where a position exists. This
 //! module knows nothing of Redis or Pingora.
 
+pub mod diff;
 pub mod duration;
 pub mod env;
 pub mod file;
@@ -44,7 +45,7 @@ pub struct Config {
 }
 
 /// Listeners, threads and shutdown.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// Proxy listener addresses (`host:port`).
     pub listen: Vec<String>,
@@ -54,10 +55,17 @@ pub struct ServerConfig {
     pub threads: usize,
     /// How long a graceful stop may drain.
     pub grace_period: Duration,
+    /// Where Pingora writes its pid when run as a daemon.
+    pub pid_file: String,
+    /// Unix socket over which an upgrading sluice (`--upgrade`) receives the
+    /// listeners of the running one.
+    pub upgrade_sock: String,
+    /// Write one JSON line per request to stderr.
+    pub access_log: bool,
 }
 
 /// How the client address is found.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClientIpConfig {
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
@@ -137,7 +145,7 @@ pub enum OnError {
 }
 
 /// `limiter:`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LimiterConfig {
     /// Primary backend.
     pub backend: Backend,
@@ -156,7 +164,7 @@ pub struct LimiterConfig {
 }
 
 /// `limiter.redis:`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
     /// `redis://` URL of a standalone Redis.
     pub url: String,
@@ -182,7 +190,7 @@ pub enum HeaderStyle {
 }
 
 /// `response:`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResponseConfig {
     /// Status of a denied request (4xx).
     pub status: u16,
@@ -191,7 +199,7 @@ pub struct ResponseConfig {
 }
 
 /// One upstream pool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// Its name in the file.
     pub name: String,
@@ -217,7 +225,7 @@ pub enum PathMatch {
 }
 
 /// What a matched route does with an admitted request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RouteAction {
     /// Proxy to `upstreams[index]`.
     Upstream(usize),
@@ -231,7 +239,7 @@ pub enum RouteAction {
 }
 
 /// One route.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfig {
     /// Unique `[a-z0-9_-]+` name.
     pub name: String,
@@ -343,7 +351,7 @@ pub enum OnMissing {
 }
 
 /// One limit of a route.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LimitConfig {
     /// Unique-within-route `[a-z0-9_-]+` name.
     pub name: String,
@@ -364,6 +372,60 @@ pub struct LimitConfig {
     /// Name of the counter shared with other routes' limits (`share:`); the
     /// key then names the share instead of the route and limit.
     pub share: Option<String>,
+}
+
+impl LimitConfig {
+    /// A limit in one phrase: "10 per 1m (sliding_log, key ip)".
+    pub fn describe(&self) -> String {
+        let rate = match self.algorithm {
+            Algorithm::Concurrency { lease } => {
+                format!(
+                    "{} in flight (lease {})",
+                    self.limit,
+                    format_duration(lease)
+                )
+            }
+            Algorithm::TokenBucket { burst } => format!(
+                "{} per {}, burst {burst}",
+                self.limit,
+                format_duration(self.window)
+            ),
+            Algorithm::SlidingWindow { buckets } => format!(
+                "{} per {}, {buckets} buckets",
+                self.limit,
+                format_duration(self.window)
+            ),
+            _ => format!("{} per {}", self.limit, format_duration(self.window)),
+        };
+        let key: Vec<String> = self
+            .key
+            .iter()
+            .map(|part| match part {
+                KeyPart::Ip => "ip".to_string(),
+                KeyPart::User => "user".to_string(),
+                KeyPart::Method => "method".to_string(),
+                KeyPart::Path => "path".to_string(),
+                KeyPart::Header(name) => format!("header {name}"),
+            })
+            .collect();
+        let mut notes = vec![
+            self.algorithm.name().to_string(),
+            format!("key {}", key.join("+")),
+        ];
+        if self.on_missing == OnMissing::Skip {
+            notes.push("on_missing skip".into());
+        }
+        if self.cost != 1 {
+            notes.push(format!("cost {}", self.cost));
+        }
+        if let Some(share) = &self.share {
+            notes.push(format!("shared as {share}"));
+        }
+        if self.shadow {
+            notes.push("shadow".into());
+        }
+        format!("{rate} ({})", notes.join(", "))
+    }
 }
 
 /// One problem found in a configuration file.

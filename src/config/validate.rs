@@ -175,11 +175,39 @@ fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         s.grace_period.as_deref(),
         Duration::from_secs(5),
     );
+    let pid_file = path_setting(c, "server.pid_file", &s.pid_file, "/tmp/sluice.pid");
+    let upgrade_sock = path_setting(
+        c,
+        "server.upgrade_sock",
+        &s.upgrade_sock,
+        "/tmp/sluice_upgrade.sock",
+    );
+    if pid_file == upgrade_sock {
+        c.problem(
+            "server.upgrade_sock",
+            "`upgrade_sock` and `pid_file` must be different files",
+        );
+    }
     ServerConfig {
         listen,
         admin,
         threads,
         grace_period,
+        pid_file,
+        upgrade_sock,
+        access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),
+    }
+}
+
+/// A file path setting: non-empty, defaulting to `default`.
+fn path_setting(c: &mut Checker, path: &str, value: &Option<String>, default: &str) -> String {
+    match value.as_deref() {
+        None => default.to_string(),
+        Some("") => {
+            c.problem(path, format!("`{}` must not be empty", leaf(path)));
+            default.to_string()
+        }
+        Some(text) => text.to_string(),
     }
 }
 

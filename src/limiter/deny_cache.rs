@@ -9,10 +9,16 @@
 //! flood on one key Redis then sees about one call per freed unit, not one per
 //! request. Limits sharing a counter (`share:`) may differ in cost, so a
 //! denial is remembered with its cost and only answers requests costing at
-//! least as much. Shadow limits never deny and concurrency denials end when a
-//! lease is released, at no known time: neither is remembered. Memory is bounded: when full, expired entries are dropped, and if
-//! none expired a new denial is simply not remembered (the cache only ever
-//! saves work; forgetting is always safe).
+//! //! least as much. Shadow limits never deny and concurrency denials end when a
+//! lease is released, at no known time: neither is remembered.
+//!
+//! A denial answers only checks of the same limit (limit, window, algorithm):
+//! after a reload changes a limit, its remembered denials stop applying, so
+//! the new limit takes effect on the very next request.
+//!
+//! Memory is bounded: when full, expired entries are dropped, and if none
+//! expired a new denial is simply not remembered (the cache only ever saves
+//! work; forgetting is always safe).
 
 use super::{Decision, LimitCheck};
 use std::collections::hash_map::DefaultHasher;
@@ -23,7 +29,31 @@ use std::time::{Duration, Instant};
 
 const SHARDS: usize = 16;
 
-type Shard = HashMap<String, (Instant, u64)>;
+/// A remembered denial.
+#[derive(Debug, Clone, Copy)]
+struct Denial {
+    /// The key is denied before this instant.
+    until: Instant,
+    /// The cost of the denied request.
+    cost: u64,
+    /// The limit that denied it, as configured when it did.
+    limit: u64,
+    window: Duration,
+    algorithm: crate::config::Algorithm,
+}
+
+impl Denial {
+    /// Whether this denial answers `check`: the same limit, and a cost at
+    /// least the one denied.
+    fn answers(&self, check: &LimitCheck<'_>) -> bool {
+        check.cost >= self.cost
+            && check.limit == self.limit
+            && check.window == self.window
+            && check.algorithm == self.algorithm
+    }
+}
+
+type Shard = HashMap<String, Denial>;
 
 /// Whether a denial of `check` may be answered from the cache.
 fn cacheable(check: &LimitCheck<'_>) -> bool {
@@ -54,7 +84,7 @@ impl DenyCache {
             if !cacheable(check) {
                 continue;
             }
-            let Some(wait) = self.denied_for(check.key, check.cost, now) else {
+            let Some(wait) = self.denied_for(check, now) else {
                 continue;
             };
             let all = decisions.get_or_insert_with(|| {
@@ -86,25 +116,31 @@ impl DenyCache {
             }
             let mut shard = self.shard(check.key);
             if shard.len() >= self.shard_capacity && !shard.contains_key(check.key) {
-                shard.retain(|_, (until, _)| *until > now);
+                shard.retain(|_, denial| denial.until > now);
                 if shard.len() >= self.shard_capacity {
                     continue;
                 }
             }
             shard.insert(
                 check.key.to_string(),
-                (now + decision.retry_after, check.cost),
+                Denial {
+                    until: now + decision.retry_after,
+                    cost: check.cost,
+                    limit: check.limit,
+                    window: check.window,
+                    algorithm: check.algorithm,
+                },
             );
         }
     }
 
-    fn denied_for(&self, key: &str, cost: u64, now: Instant) -> Option<Duration> {
-        let mut shard = self.shard(key);
-        let (until, denied_cost) = *shard.get(key)?;
-        if until > now {
-            (cost >= denied_cost).then(|| until - now)
+    fn denied_for(&self, check: &LimitCheck<'_>, now: Instant) -> Option<Duration> {
+        let mut shard = self.shard(check.key);
+        let denial = *shard.get(check.key)?;
+        if denial.until > now {
+            denial.answers(check).then(|| denial.until - now)
         } else {
-            shard.remove(key);
+            shard.remove(check.key);
             None
         }
     }
@@ -184,6 +220,29 @@ mod tests {
             .lookup(&[check("a")], t0 + Duration::from_millis(1500))
             .is_none());
         assert!(cache.lookup(&[check("b")], t0).is_none());
+    }
+
+    #[test]
+    fn a_changed_limit_is_not_answered_by_its_old_denials() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        cache.remember(&[check("k")], &[denied(1000)], t0);
+        let raised = LimitCheck {
+            limit: 100,
+            ..check("k")
+        };
+        let longer = LimitCheck {
+            window: Duration::from_secs(60),
+            ..check("k")
+        };
+        let other = LimitCheck {
+            algorithm: crate::config::Algorithm::FixedWindow,
+            ..check("k")
+        };
+        for changed in [raised, longer, other] {
+            assert!(cache.lookup(&[changed], t0).is_none(), "{changed:?}");
+        }
+        assert!(cache.lookup(&[check("k")], t0).is_some());
     }
 
     #[test]

@@ -174,40 +174,94 @@ pub struct Outcome {
 
 /// The primary limiter plus the failure policy.
 pub struct Decider {
+    settings: LimiterConfig,
     redis: Option<Remote>,
-    local: local::LocalLimiter,
-    deny_cache: Option<deny_cache::DenyCache>,
-    on_error: OnError,
-    local_share: f64,
+    local: Arc<local::LocalLimiter>,
+    deny_cache: Option<Arc<deny_cache::DenyCache>>,
+    metrics: RedisMetrics,
     member_prefix: String,
-    sequence: AtomicU64,
+    sequence: Arc<AtomicU64>,
 }
 
 impl Decider {
     /// Builds the backends from validated settings. No connection is made here:
     /// Redis connects on first use, inside the runtime that serves requests.
     pub fn new(config: &LimiterConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
-        let redis = match config.backend {
-            Backend::Redis if !config.redis.cluster.is_empty() => Some(Remote::Cluster(Arc::new(
-                cluster::ClusterLimiter::new(&config.redis.cluster, config.redis.timeout, metrics)?,
-            ))),
-            Backend::Redis => Some(Remote::Single(Arc::new(redis::RedisLimiter::new(
-                &config.redis,
-                metrics,
-            )?))),
-            Backend::Local => None,
+        Ok(Self {
+            settings: config.clone(),
+            redis: Self::remote(config, &metrics)?,
+            local: Arc::new(local::LocalLimiter::new(config.local_max_keys)),
+            deny_cache: Self::deny_cache(config),
+            metrics,
+            member_prefix: instance_id(),
+            sequence: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// A decider for `config` (a reload) that keeps what this one has where
+    /// its settings did not change: the Redis connections and circuit breaker
+    /// when `backend` and `redis` are the same, the in-process counters when
+    /// `local.max_keys` is, the deny cache when it stays on. Both deciders can
+    /// serve at once (requests in flight finish on the old one).
+    pub fn reconfigure(&self, config: &LimiterConfig) -> Result<Self, LimiterError> {
+        let old = &self.settings;
+        let redis = if (old.backend, &old.redis) == (config.backend, &config.redis) {
+            self.redis.clone()
+        } else {
+            Self::remote(config, &self.metrics)?
+        };
+        let local = if old.local_max_keys == config.local_max_keys {
+            Arc::clone(&self.local)
+        } else {
+            Arc::new(local::LocalLimiter::new(config.local_max_keys))
+        };
+        let deny_cache = match (&self.deny_cache, config.deny_cache) {
+            (Some(cache), true) if old.local_max_keys == config.local_max_keys => {
+                Some(Arc::clone(cache))
+            }
+            _ => Self::deny_cache(config),
         };
         Ok(Self {
+            settings: config.clone(),
             redis,
-            local: local::LocalLimiter::new(config.local_max_keys),
-            deny_cache: config
-                .deny_cache
-                .then(|| deny_cache::DenyCache::new(config.local_max_keys)),
-            on_error: config.on_error,
-            local_share: config.local_share,
-            member_prefix: instance_id(),
-            sequence: AtomicU64::new(0),
+            local,
+            deny_cache,
+            metrics: self.metrics.clone(),
+            member_prefix: self.member_prefix.clone(),
+            sequence: Arc::clone(&self.sequence),
         })
+    }
+
+    /// Whether a decider reconfigured to `config` keeps this one's Redis
+    /// connections.
+    pub fn keeps_connections(&self, config: &LimiterConfig) -> bool {
+        (self.settings.backend, &self.settings.redis) == (config.backend, &config.redis)
+    }
+
+    fn remote(
+        config: &LimiterConfig,
+        metrics: &RedisMetrics,
+    ) -> Result<Option<Remote>, LimiterError> {
+        Ok(match config.backend {
+            Backend::Redis if !config.redis.cluster.is_empty() => {
+                Some(Remote::Cluster(Arc::new(cluster::ClusterLimiter::new(
+                    &config.redis.cluster,
+                    config.redis.timeout,
+                    metrics.clone(),
+                )?)))
+            }
+            Backend::Redis => Some(Remote::Single(Arc::new(redis::RedisLimiter::new(
+                &config.redis,
+                metrics.clone(),
+            )?))),
+            Backend::Local => None,
+        })
+    }
+
+    fn deny_cache(config: &LimiterConfig) -> Option<Arc<deny_cache::DenyCache>> {
+        config
+            .deny_cache
+            .then(|| Arc::new(deny_cache::DenyCache::new(config.local_max_keys)))
     }
 
     fn next_member(&self) -> String {
@@ -281,7 +335,7 @@ impl Decider {
             Ok(decisions) => (Source::Redis, decisions),
             Err(e) => {
                 log::debug!("rate-limit decision falls back to on_error: {e}");
-                match self.on_error {
+                match self.settings.on_error {
                     OnError::Allow => (Source::FailOpen, Vec::new()),
                     OnError::Deny => (Source::FailClosed, Vec::new()),
                     OnError::Local => (Source::Local, self.fallback(checks, member)),
@@ -293,13 +347,13 @@ impl Decider {
     /// The in-process decision standing in for Redis: each limit scaled to
     /// this instance's `local.share` (never below one request's cost).
     fn fallback(&self, checks: &[LimitCheck<'_>], member: &str) -> Vec<Decision> {
-        if self.local_share >= 1.0 {
+        if self.settings.local_share >= 1.0 {
             return self.local.decide(checks, member);
         }
         let scaled: Vec<LimitCheck<'_>> = checks
             .iter()
             .map(|c| LimitCheck {
-                limit: ((c.limit as f64 * self.local_share).floor() as u64).max(c.cost),
+                limit: ((c.limit as f64 * self.settings.local_share).floor() as u64).max(c.cost),
                 ..*c
             })
             .collect();
@@ -310,13 +364,14 @@ impl Decider {
     /// and Redis known to be unreachable).
     pub fn is_ready(&self) -> bool {
         match &self.redis {
-            Some(redis) => self.on_error != OnError::Deny || redis.is_healthy(),
+            Some(redis) => self.settings.on_error != OnError::Deny || redis.is_healthy(),
             None => true,
         }
     }
 }
 
 /// The shared backend: one Redis, or a Redis Cluster.
+#[derive(Clone)]
 enum Remote {
     Single(Arc<redis::RedisLimiter>),
     Cluster(Arc<cluster::ClusterLimiter>),

@@ -43,11 +43,52 @@ end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
+
+-- Whether `key` holds what one of sluice's algorithms writes: a member-scored
+-- zset (sliding_log, concurrency), a number (token_bucket), or a hash of
+-- sub-window counters or {w, c} (sliding_window, fixed_window).
+local function left_by_sluice(key)
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'zset' then
+    local first = redis.call('ZRANGE', key, 0, 0)[1]
+    return first == nil or string.find(first, '^%x+%-%x+') ~= nil
+  elseif kind == 'string' then
+    return tonumber(redis.call('GET', key)) ~= nil
+  elseif kind == 'hash' then
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      if tonumber(f) == nil and f ~= 'w' and f ~= 'c' then
+        return false
+      end
+    end
+    return true
+  end
+  return false
+end
+
+-- A key of another type left by another of sluice's algorithms (a reload
+-- changed the limit's algorithm) is dropped and the limit starts afresh,
+-- instead of every decision on it failing with WRONGTYPE until it expires.
+-- Anything else at the key is left alone and the error goes to the gateway
+-- (its on_error applies). pcall costs nothing when the key is right.
+local function peek(i)
+  local a = limits[i]
+  local ok, fit, state = pcall(a.algorithm.peek, KEYS[i], now, a)
+  if ok then
+    return fit, state
+  end
+  local message = type(fit) == 'table' and fit.err or tostring(fit)
+  if not string.find(message, 'WRONGTYPE', 1, true) or not left_by_sluice(KEYS[i]) then
+    error(fit)
+  end
+  redis.call('DEL', KEYS[i])
+  return a.algorithm.peek(KEYS[i], now, a)
+end
+
 local fits = {}
 local states = {}
 local admit = 1
 for i = 1, n do
-  fits[i], states[i] = limits[i].algorithm.peek(KEYS[i], now, limits[i])
+  fits[i], states[i] = peek(i)
   if not fits[i] and not limits[i].shadow then
     admit = 0
   end

@@ -1,0 +1,162 @@
+//! What changed between two configurations, for the reload log (DESIGN §8).
+//!
+//! The diff is by name — routes by route name, limits by (route, limit name),
+//! upstreams by upstream name — because names are what Redis counter keys are
+//! made of: a limit that keeps its route and name keeps its counters.
+
+use super::{Config, RouteConfig};
+
+/// The differences between an old and a new configuration.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ConfigDiff {
+    /// One line per change that a reload applies, such as
+    /// "limit `sms/per-user` modified: 100 per 1m → 10 per 1m".
+    pub applied: Vec<String>,
+    /// One line per changed setting that only a restart or upgrade applies
+    /// (listeners, threads, …); a reload keeps the running value.
+    pub needs_restart: Vec<String>,
+}
+
+impl ConfigDiff {
+    /// Whether the two configurations are the same in everything a reload applies.
+    pub fn is_empty(&self) -> bool {
+        self.applied.is_empty()
+    }
+}
+
+/// Compares `old` with `new`.
+pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
+    let mut d = ConfigDiff::default();
+    server(old, new, &mut d);
+    if old.client_ip != new.client_ip {
+        d.applied.push("client_ip modified".into());
+    }
+    if old.identity != new.identity {
+        d.applied.push("identity modified".into());
+    }
+    if old.limiter != new.limiter {
+        d.applied
+            .push("limiter modified: new backend connections, in-process counters restart".into());
+    }
+    if old.response != new.response {
+        d.applied.push("response modified".into());
+    }
+    if old.server.access_log != new.server.access_log {
+        d.applied.push(format!(
+            "server.access_log {}",
+            if new.server.access_log { "on" } else { "off" }
+        ));
+    }
+    upstreams(old, new, &mut d);
+    routes(old, new, &mut d);
+    d
+}
+
+fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
+    let (o, n) = (&old.server, &new.server);
+    let mut restart = |name: &str, changed: bool| {
+        if changed {
+            d.needs_restart.push(format!("server.{name}"));
+        }
+    };
+    restart("listen", o.listen != n.listen);
+    restart("admin", o.admin != n.admin);
+    restart("threads", o.threads != n.threads);
+    restart("grace_period", o.grace_period != n.grace_period);
+    restart("pid_file", o.pid_file != n.pid_file);
+    restart("upgrade_sock", o.upgrade_sock != n.upgrade_sock);
+}
+
+fn upstreams(old: &Config, new: &Config, d: &mut ConfigDiff) {
+    for o in &old.upstreams {
+        match new.upstreams.iter().find(|n| n.name == o.name) {
+            None => d.applied.push(format!("upstream `{}` removed", o.name)),
+            Some(n) if n != o => d.applied.push(format!("upstream `{}` modified", o.name)),
+            Some(_) => {}
+        }
+    }
+    for n in &new.upstreams {
+        if !old.upstreams.iter().any(|o| o.name == n.name) {
+            d.applied.push(format!("upstream `{}` added", n.name));
+        }
+    }
+}
+
+fn routes(old: &Config, new: &Config, d: &mut ConfigDiff) {
+    for (i, o) in old.routes.iter().enumerate() {
+        let Some((j, n)) = new
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.name == o.name)
+        else {
+            d.applied.push(format!("route `{}` removed", o.name));
+            continue;
+        };
+        let mut what = Vec::new();
+        if (&o.path, &o.methods, &o.host) != (&n.path, &n.methods, &n.host) {
+            what.push("match");
+        }
+        if action_target(old, o) != action_target(new, n) {
+            what.push("target");
+        }
+        if i != j {
+            what.push("position");
+        }
+        if !what.is_empty() {
+            d.applied
+                .push(format!("route `{}` modified: {}", o.name, what.join(", ")));
+        }
+        limits(o, n, d);
+    }
+    for n in &new.routes {
+        if !old.routes.iter().any(|o| o.name == n.name) {
+            d.applied.push(format!("route `{}` added", n.name));
+        }
+    }
+}
+
+/// The route's target by upstream name (indices shift when upstreams change).
+fn action_target(config: &Config, route: &RouteConfig) -> String {
+    match &route.action {
+        super::RouteAction::Upstream(i) => config
+            .upstreams
+            .get(*i)
+            .map(|u| format!("upstream {}", u.name))
+            .unwrap_or_default(),
+        super::RouteAction::Respond { status, body } => format!("respond {status} {body}"),
+    }
+}
+
+fn limits(old: &RouteConfig, new: &RouteConfig, d: &mut ConfigDiff) {
+    let route = &old.name;
+    for o in &old.limits {
+        match new.limits.iter().find(|n| n.name == o.name) {
+            None => d
+                .applied
+                .push(format!("limit `{route}/{}` removed", o.name)),
+            Some(n) if n != o => {
+                let mut line = format!(
+                    "limit `{route}/{}` modified: {} → {}",
+                    o.name,
+                    o.describe(),
+                    n.describe()
+                );
+                if o.algorithm.name() != n.algorithm.name() || o.share != n.share {
+                    line.push_str(" (its counters restart)");
+                }
+                d.applied.push(line);
+            }
+            Some(_) => {}
+        }
+    }
+    for n in &new.limits {
+        if !old.limits.iter().any(|o| o.name == n.name) {
+            d.applied.push(format!(
+                "limit `{route}/{}` added: {}",
+                n.name,
+                n.describe()
+            ));
+        }
+    }
+}

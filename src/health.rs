@@ -1,0 +1,49 @@
+//! Upstream health checks: one background service that checks the pools of
+//! whatever [`GatewayState`](crate::state::GatewayState) is current, so that
+//! pools added by a reload are checked and removed ones stop being checked.
+
+use crate::state::SharedState;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the service looks for a due check; health-check intervals are
+/// honoured to this granularity.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Runs each upstream's TCP health check at its configured interval.
+pub struct HealthChecks {
+    state: SharedState,
+}
+
+impl HealthChecks {
+    /// Checks the upstreams of `state`, current at each tick.
+    pub fn new(state: SharedState) -> Self {
+        Self { state }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for HealthChecks {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            let state = self.state.load_full();
+            let now = Instant::now();
+            for upstream in &state.upstreams {
+                if upstream.claim_due_health_check(now) {
+                    // Each check runs on its own, so a server that hangs until
+                    // its connect timeout delays no other pool's check.
+                    let upstream = Arc::clone(upstream);
+                    tokio::spawn(async move { upstream.run_health_check().await });
+                }
+            }
+            drop(state);
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+}

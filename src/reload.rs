@@ -1,0 +1,163 @@
+//! `SIGHUP` reload (DESIGN §8): read and validate the file again, build a new
+//! [`GatewayState`] and swap it in for new requests.
+//!
+//! Any error — unreadable file, invalid config, key material that does not
+//! parse — leaves the running state untouched, is logged with its
+//! `path:line:column`, and counts `sluice_config_reloads_total{result="failure"}`.
+//! Settings only a restart can apply (listeners, threads, …) are reported and
+//! keep their running values.
+
+use crate::config::diff::{diff, ConfigDiff};
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::state::{BuildError, GatewayState, SharedState};
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncReadExt;
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read or is invalid.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The configuration is valid but could not be put into service.
+    #[error("{path}: {source}")]
+    Build {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: BuildError,
+    },
+}
+
+/// Reloads the configuration file into the shared state.
+pub struct Reloader {
+    path: PathBuf,
+    state: SharedState,
+    metrics: Arc<Metrics>,
+    /// Read end of the SIGHUP self-pipe, until the service takes it.
+    hangups: Mutex<Option<UnixStream>>,
+}
+
+impl Reloader {
+    /// A reloader of the file at `path`. Installs the `SIGHUP` handler now, so
+    /// that a `SIGHUP` arriving at any time after this call (even before the
+    /// service runs) triggers a reload rather than the default action, which
+    /// would end the process.
+    pub fn new(path: PathBuf, state: SharedState, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        let (read, write) = UnixStream::pair()?;
+        read.set_nonblocking(true)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, write)?;
+        metrics.config_reloads.with_label_values(&["success"]);
+        metrics.config_reloads.with_label_values(&["failure"]);
+        Ok(Self {
+            path,
+            state,
+            metrics,
+            hangups: Mutex::new(Some(read)),
+        })
+    }
+
+    /// Reloads now: on success the new state serves the next request and the
+    /// changes are returned; on failure nothing changes. Either way the
+    /// outcome is counted.
+    pub fn reload(&self) -> Result<ConfigDiff, ReloadError> {
+        let result = self.try_reload();
+        let label = if result.is_ok() { "success" } else { "failure" };
+        self.metrics
+            .config_reloads
+            .with_label_values(&[label])
+            .inc();
+        result
+    }
+
+    fn try_reload(&self) -> Result<ConfigDiff, ReloadError> {
+        let config = Config::load(&self.path)?;
+        let current = self.state.load_full();
+        let changes = diff(&current.config, &config);
+        for warning in &config.warnings {
+            log::warn!("{warning}");
+        }
+        let mut next =
+            GatewayState::build(config, &self.metrics, Some(&current)).map_err(|source| {
+                ReloadError::Build {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
+        // Of the server settings only `access_log` is reloadable; the others
+        // keep their running values (reported in `changes.needs_restart`).
+        let access_log = next.config.server.access_log;
+        next.config.server = current.config.server.clone();
+        next.config.server.access_log = access_log;
+        self.state.store(Arc::new(next));
+        Ok(changes)
+    }
+
+    /// Reloads and logs the outcome.
+    fn reload_and_log(&self) {
+        log::info!("SIGHUP: reloading {}", self.path.display());
+        match self.reload() {
+            Ok(changes) => {
+                if changes.is_empty() {
+                    log::info!("config reloaded: no changes");
+                } else {
+                    log::info!("config reloaded: {} change(s)", changes.applied.len());
+                }
+                for change in &changes.applied {
+                    log::info!("  {change}");
+                }
+                for setting in &changes.needs_restart {
+                    log::warn!(
+                        "{setting} changed in {}: it takes effect only after a restart or an upgrade (--upgrade); the running value is kept",
+                        self.path.display()
+                    );
+                }
+            }
+            Err(e) => log::error!("config reload failed; still serving the previous config:\n{e}"),
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Reloader {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let taken = self
+            .hangups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(read) = taken else {
+            return;
+        };
+        let mut hangups = match tokio::net::UnixStream::from_std(read) {
+            Ok(stream) => stream,
+            Err(e) => {
+                log::error!("SIGHUP reload is unavailable: {e}");
+                return;
+            }
+        };
+        let mut buffer = [0u8; 64];
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                read = hangups.read(&mut buffer) => match read {
+                    // Several signals may have arrived at once: one reload
+                    // reads the file as it is now, which covers them all.
+                    Ok(n) if n > 0 => self.reload_and_log(),
+                    Ok(_) => return,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        log::error!("SIGHUP reload stopped: {e}");
+                        return;
+                    }
+                },
+            }
+        }
+    }
+}

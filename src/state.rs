@@ -1,0 +1,143 @@
+//! The running configuration: everything a request needs that comes from the
+//! config file, built from one validated [`Config`] and swapped whole on
+//! reload (DESIGN §8).
+//!
+//! A request takes a reference to the current [`GatewayState`] when it starts
+//! and keeps it to the end, so a reload never changes the route, limits or
+//! upstream of a request in flight; the next request sees the new state.
+
+use crate::config::{Config, LimitConfig, RouteAction};
+use crate::identity::Identity;
+use crate::keys::ClientIpResolver;
+use crate::limiter::{Decider, LimiterError};
+use crate::metrics::{LimitCounters, Metrics};
+use crate::route::RouteTable;
+use crate::upstream::Upstream;
+use arc_swap::ArcSwap;
+use prometheus::Histogram;
+use std::sync::Arc;
+
+/// The state new requests start with; a reload stores a new one.
+pub type SharedState = Arc<ArcSwap<GatewayState>>;
+
+/// Everything built from one configuration.
+pub struct GatewayState {
+    /// The configuration this state was built from.
+    pub config: Config,
+    /// Route matching, index-aligned with `compiled`.
+    pub routes: RouteTable,
+    /// Per route: its limits with their metric handles.
+    pub compiled: Vec<CompiledRoute>,
+    /// Upstream pools, in `config.upstreams` order.
+    pub upstreams: Vec<Arc<Upstream>>,
+    /// Who the client is.
+    pub client_ip: ClientIpResolver,
+    /// What the key part `user` is.
+    pub identity: Identity,
+    /// The limiter and its failure policy.
+    pub decider: Arc<Decider>,
+}
+
+/// One route, ready to serve.
+pub struct CompiledRoute {
+    /// Its name.
+    pub name: String,
+    /// Proxy or respond.
+    pub action: RouteAction,
+    /// Its limits, in file order.
+    pub limits: Vec<CompiledLimit>,
+    /// `sluice_request_duration_seconds{route}`.
+    pub duration: Histogram,
+}
+
+/// One limit of a route, with its decision counters.
+pub struct CompiledLimit {
+    /// The limit as configured.
+    pub config: LimitConfig,
+    /// Its `sluice_ratelimit_decisions_total` series.
+    pub counters: LimitCounters,
+}
+
+/// Why a validated configuration could not be put into service.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The Redis backend could not be set up (a bad URL the parser accepted).
+    #[error("limiter: {0}")]
+    Limiter(#[from] LimiterError),
+    /// An upstream pool could not be built.
+    #[error("upstream `{name}`: {source}")]
+    Upstream {
+        /// The upstream's name.
+        name: String,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// JWT key material that validation accepted does not parse.
+    #[error("identity.jwt key: {0}")]
+    Jwt(#[from] jsonwebtoken::errors::Error),
+}
+
+impl GatewayState {
+    /// Builds the state for `config`. With `previous` (a reload), the parts
+    /// whose settings did not change are kept: the limiter's Redis
+    /// connections and in-process counters (see [`Decider::reconfigure`]),
+    /// and each unchanged upstream pool with its servers' health.
+    pub fn build(
+        config: Config,
+        metrics: &Metrics,
+        previous: Option<&GatewayState>,
+    ) -> Result<Self, BuildError> {
+        let decider = match previous {
+            Some(previous) => previous.decider.reconfigure(&config.limiter)?,
+            None => Decider::new(&config.limiter, metrics.redis.clone())?,
+        };
+        let mut upstreams = Vec::with_capacity(config.upstreams.len());
+        for upstream in &config.upstreams {
+            let kept = previous.and_then(|p| {
+                p.upstreams
+                    .iter()
+                    .find(|old| old.config == *upstream)
+                    .cloned()
+            });
+            let pool =
+                match kept {
+                    Some(pool) => pool,
+                    None => Arc::new(Upstream::build(upstream).map_err(|source| {
+                        BuildError::Upstream {
+                            name: upstream.name.clone(),
+                            source,
+                        }
+                    })?),
+                };
+            upstreams.push(pool);
+        }
+        let compiled = config
+            .routes
+            .iter()
+            .map(|route| CompiledRoute {
+                name: route.name.clone(),
+                action: route.action.clone(),
+                limits: route
+                    .limits
+                    .iter()
+                    .map(|limit| CompiledLimit {
+                        config: limit.clone(),
+                        counters: metrics.limit_counters(&route.name, &limit.name, limit.shadow),
+                    })
+                    .collect(),
+                duration: metrics
+                    .request_duration
+                    .with_label_values(&[route.name.as_str()]),
+            })
+            .collect();
+        Ok(Self {
+            routes: RouteTable::new(&config.routes),
+            compiled,
+            upstreams,
+            client_ip: ClientIpResolver::new(&config.client_ip),
+            identity: Identity::new(&config.identity)?,
+            decider: Arc::new(decider),
+            config,
+        })
+    }
+}
