@@ -10,6 +10,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod config;
+pub mod drain;
 pub mod health;
 pub mod identity;
 pub mod keys;

@@ -8,6 +8,7 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
+use sluice::drain::{settle_time, Draining};
 use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
 use sluice::proxy::Gateway;
@@ -78,6 +79,11 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         graceful_shutdown_timeout_seconds: Some(1),
         pid_file: config.server.pid_file.clone(),
         upgrade_sock: config.server.upgrade_sock.clone(),
+        // With --daemon, the starting process exits only once the daemon has
+        // bootstrapped (listeners bound or taken over): what systemd's
+        // Type=forking needs to know the service is up.
+        daemon_wait_for_ready: true,
+        daemon_ready_timeout_seconds: std::num::NonZeroU64::new(60),
         ..ServerConf::default()
     };
     let opt = Opt {
@@ -86,6 +92,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         ..Opt::default()
     };
     let listen = config.server.listen.clone();
+    let grace_period = config.server.grace_period;
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
 
@@ -97,12 +104,18 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         .map_err(|e| format!("SIGHUP handler: {e}"))?;
 
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
-    server.bootstrap();
+    // Bootstrap (taking the listeners over with --upgrade, then telling a
+    // --daemon parent it may exit) runs as a service, after daemonizing:
+    // the listeners start once it is done.
+    let bootstrap = server.bootstrap_as_a_service();
 
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+    let proxy_app = pingora::proxy::http_proxy(
         &server.configuration,
         Gateway::new(Arc::clone(&state), Arc::clone(&metrics)),
-        "sluice proxy",
+    );
+    let mut proxy = Service::new(
+        "sluice proxy".to_string(),
+        Draining::new(proxy_app, settle_time(grace_period)),
     );
     for addr in &listen {
         proxy.add_tcp(addr);
@@ -113,8 +126,8 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     );
     admin.add_tcp(&admin_addr);
     admin.threads = Some(1);
-    server.add_service(proxy);
-    server.add_service(admin);
+    server.add_service(proxy).add_dependency(&bootstrap);
+    server.add_service(admin).add_dependency(&bootstrap);
     server.add_service(background_service("sluice reload", reloader));
     server.add_service(background_service(
         "sluice health checks",

@@ -145,6 +145,14 @@ impl Metrics {
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(up.clone()))?;
+        // Every series of a fixed label set exists from the start at 0, so
+        // that `increase()` and `rate()` see the first event.
+        for kind in ["timeout", "io", "server", "circuit_open"] {
+            errors.with_label_values(&[kind]);
+        }
+        for result in ["success", "failure"] {
+            config_reloads.with_label_values(&[result]);
+        }
         for kind in ["timeout", "io", "server", "circuit_open"] {
             errors.with_label_values(&[kind]);
         }

@@ -53,8 +53,6 @@ impl Reloader {
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, write)?;
-        metrics.config_reloads.with_label_values(&["success"]);
-        metrics.config_reloads.with_label_values(&["failure"]);
         Ok(Self {
             path,
             state,
