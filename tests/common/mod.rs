@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -390,7 +390,8 @@ pub struct Sluice {
     /// Admin listener.
     pub admin: SocketAddr,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    config: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 /// The `server:` section every test instance uses: loopback ports, short grace.
@@ -440,7 +441,8 @@ impl Sluice {
             addr,
             admin,
             log,
-            _dir: dir,
+            config: path,
+            dir,
         };
         let start = Instant::now();
         loop {
@@ -464,6 +466,65 @@ impl Sluice {
             thread::sleep(Duration::from_millis(20));
         }
         sluice
+    }
+
+    /// The config file it runs with.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// Its temporary directory (config, log, sockets).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends `signal` (such as "-HUP") without waiting.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().ok().flatten().is_some(),
+            None => true,
+        }
+    }
+
+    /// Value of `sluice_config_reloads_total{result}`.
+    pub fn reloads(&self, result: &str) -> u64 {
+        metric_value(
+            &self.metrics(),
+            &format!("sluice_config_reloads_total{{result=\"{result}\"}} "),
+        )
+    }
+
+    /// Writes `config` (a complete file) over its config file, sends SIGHUP
+    /// and waits until the reload is counted; returns whether it succeeded.
+    pub fn reload(&self, config: &str) -> bool {
+        let (ok, failed) = (self.reloads("success"), self.reloads("failure"));
+        std::fs::write(&self.config, config).expect("write config");
+        self.signal("-HUP");
+        let mut result = None;
+        wait_until(Duration::from_secs(10), "the reload to be counted", || {
+            if self.reloads("success") > ok {
+                result = Some(true);
+            } else if self.reloads("failure") > failed {
+                result = Some(false);
+            }
+            result.is_some()
+        });
+        result.unwrap_or(false)
     }
 
     /// What sluice wrote to stderr so far.
@@ -743,4 +804,94 @@ impl Drop for RedisCluster {
             let _ = child.wait();
         }
     }
+}
+
+// ----------------------------------------------------------------------- load
+
+/// A load generator: threads sending requests back to back, each on a new
+/// connection, each with its own `X-Client` value (so no limit denies them),
+/// recording every response that is not a 200.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<(u64, Vec<String>)>>,
+}
+
+/// What a [`Load`] saw.
+#[derive(Debug)]
+pub struct LoadReport {
+    /// Requests sent.
+    pub total: u64,
+    /// One line per request that did not get a 200 (status 0: no response).
+    pub failures: Vec<String>,
+}
+
+impl Load {
+    /// Starts `threads` senders of `GET path` to `addr`.
+    pub fn start(addr: SocketAddr, threads: usize, path: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|t| {
+                let stop = stop.clone();
+                let path = path.to_string();
+                thread::spawn(move || {
+                    let mut total = 0u64;
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::SeqCst) {
+                        let client = format!("load-{t}-{total}");
+                        let response = try_get(addr, &path, &[("X-Client", &client)]);
+                        total += 1;
+                        match response {
+                            Ok(r) if r.status == 200 => {}
+                            Ok(r) => failures.push(format!("{client}: {} {}", r.status, r.body)),
+                            Err(e) => failures.push(format!("{client}: {e}")),
+                        }
+                    }
+                    (total, failures)
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+
+    /// Stops the senders and reports.
+    pub fn stop(self) -> LoadReport {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut report = LoadReport {
+            total: 0,
+            failures: Vec::new(),
+        };
+        for handle in self.threads {
+            let (total, failures) = handle.join().expect("load thread");
+            report.total += total;
+            report.failures.extend(failures);
+        }
+        report
+    }
+}
+
+/// Like [`get`], but a refused, reset or empty exchange is an error, not a panic.
+pub fn try_get(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
+    let mut raw =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
+    for (name, value) in headers {
+        raw.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    raw.extend_from_slice(b"\r\n");
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    stream.write_all(&raw)?;
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes)?;
+    if bytes.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed without a response",
+        ));
+    }
+    Ok(parse_response(&bytes, start.elapsed()))
 }

@@ -1,0 +1,218 @@
+//! sluice's metrics through the real Prometheus tools (Debian's `prometheus`
+//! package): a Prometheus server scrapes sluice and a PromQL query returns the
+//! decisions the test made; `promtool` accepts `/metrics` and the shipped
+//! alert rules.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Runs a Prometheus tool, failing the test with how to install it if absent.
+fn tool(name: &str) -> Command {
+    let found = Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "`{name}` is not installed: apt-get install prometheus (.ci/run does)"
+    );
+    Command::new(name)
+}
+
+fn limited_sluice() -> Sluice {
+    Sluice::start(
+        r#"
+limiter: { backend: local }
+routes:
+  - name: sms-send
+    match: { path_prefix: /sms/ }
+    respond: { status: 200, body: "sent" }
+    limits:
+      - name: per-ip
+        key: [ip]
+        limit: 5
+        window: 1m
+"#,
+    )
+}
+
+#[test]
+fn promtool_accepts_the_metrics_output() {
+    let sluice = limited_sluice();
+    for _ in 0..7 {
+        sluice.get("/sms/send", &[]);
+    }
+    let metrics = sluice.metrics();
+    assert!(metrics.contains("sluice_ratelimit_decisions_total"));
+    let mut child = tool("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("write metrics");
+    let output = child.wait_with_output().expect("promtool output");
+    assert!(
+        output.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_the_alert_rules() {
+    let rules = Path::new(ROOT).join("docker/alerts.yml");
+    let output = tool("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&rules)
+        .output()
+        .expect("run promtool");
+    let text = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}");
+    // The alerts the operator needs are there.
+    let rules = std::fs::read_to_string(&rules).unwrap();
+    for alert in [
+        "SluiceRedisDown",
+        "SluiceRedisCircuitOpen",
+        "SluiceDenyRatioSpike",
+        "SluiceConfigReloadFailed",
+    ] {
+        assert!(
+            rules.contains(&format!("alert: {alert}")),
+            "{alert} missing"
+        );
+    }
+}
+
+/// A Prometheus server on loopback, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: std::net::SocketAddr) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: sluice\n    static_configs:\n      - targets: [\"{target}\"]\n"
+            ),
+        )
+        .unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = tool("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("start prometheus");
+        let prometheus = Self {
+            child,
+            addr,
+            _dir: dir,
+        };
+        wait_until(Duration::from_secs(60), "prometheus to be ready", || {
+            try_get(addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200)
+        });
+        prometheus
+    }
+
+    /// Runs an instant PromQL query; returns (decision label, value) pairs.
+    fn query(&self, promql: &str) -> Vec<(String, f64)> {
+        let path = format!("/api/v1/query?query={}", percent_encode(promql));
+        let Ok(response) = try_get(self.addr, &path, &[]) else {
+            return Vec::new();
+        };
+        let Ok(json) = serde_json::from_str::<serde_json::Value>(&response.body) else {
+            return Vec::new();
+        };
+        json["data"]["result"]
+            .as_array()
+            .map(|results| {
+                results
+                    .iter()
+                    .filter_map(|r| {
+                        let label = r["metric"]["decision"].as_str()?.to_string();
+                        let value = r["value"][1].as_str()?.parse().ok()?;
+                        Some((label, value))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_decisions() {
+    let sluice = limited_sluice();
+    let statuses: Vec<u16> = (0..7)
+        .map(|_| sluice.get("/sms/send", &[]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+
+    let prometheus = Prometheus::start(sluice.admin);
+    let query =
+        r#"sum by (decision) (sluice_ratelimit_decisions_total{route="sms-send",limit="per-ip"})"#;
+    let mut seen = Vec::new();
+    wait_until(
+        Duration::from_secs(60),
+        "prometheus to scrape the decisions",
+        || {
+            seen = prometheus.query(query);
+            seen.sort_by(|a, b| a.0.cmp(&b.0));
+            !seen.is_empty()
+        },
+    );
+    assert_eq!(
+        seen,
+        [("allow".to_string(), 5.0), ("deny".to_string(), 2.0)],
+        "PromQL: {query}"
+    );
+    let up = prometheus
+        .query(r#"sum by (decision) (label_replace(up{job="sluice"}, "decision", "up", "", ""))"#);
+    assert_eq!(up, [("up".to_string(), 1.0)]);
+}
