@@ -8,26 +8,12 @@ mod common;
 use common::*;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(ROOT).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn installed(tool: &str, package: &str) -> Command {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "`{tool}` is not installed: apt-get install {package} (.ci/run does)"
-    );
-    Command::new(tool)
 }
 
 #[test]

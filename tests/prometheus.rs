@@ -8,25 +8,10 @@ mod common;
 use common::*;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// Runs a Prometheus tool, failing the test with how to install it if absent.
-fn tool(name: &str) -> Command {
-    let found = Command::new(name)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "`{name}` is not installed: apt-get install prometheus (.ci/run does)"
-    );
-    Command::new(name)
-}
 
 fn limited_sluice() -> Sluice {
     Sluice::start(
@@ -53,7 +38,7 @@ fn promtool_accepts_the_metrics_output() {
     }
     let metrics = sluice.metrics();
     assert!(metrics.contains("sluice_ratelimit_decisions_total"));
-    let mut child = tool("promtool")
+    let mut child = installed("promtool", "prometheus")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -78,7 +63,7 @@ fn promtool_accepts_the_metrics_output() {
 #[test]
 fn promtool_accepts_the_alert_rules() {
     let rules = Path::new(ROOT).join("docker/alerts.yml");
-    let output = tool("promtool")
+    let output = installed("promtool", "prometheus")
         .arg("check")
         .arg("rules")
         .arg(&rules)
@@ -121,7 +106,7 @@ impl Prometheus {
         )
         .unwrap();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = tool("prometheus")
+        let child = installed("prometheus", "prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",

@@ -82,14 +82,7 @@ routes:
     );
     let report = load.stop();
 
-    assert!(
-        report.failures.is_empty(),
-        "{} of {} requests failed during the upgrade: {:?}\nnew sluice:\n{}",
-        report.failures.len(),
-        report.total,
-        &report.failures[..report.failures.len().min(5)],
-        new_log_text()
-    );
+    report.assert_no_failures(&format!("new sluice:\n{}", new_log_text()));
     assert!(upstream.hits() > hits_before + 40);
     assert!(handover.elapsed() < Duration::from_secs(30));
     // The new process serves the admin listener too, and limits still apply.
@@ -212,12 +205,6 @@ routes:
         || upstream.hits() > after_exit + 20,
     );
     let report = load.stop();
-    assert!(
-        report.failures.is_empty(),
-        "{} of {} requests failed: {:?}",
-        report.failures.len(),
-        report.total,
-        &report.failures[..report.failures.len().min(5)]
-    );
+    report.assert_no_failures("daemon upgrade");
     assert!(alive(second));
 }

@@ -825,6 +825,37 @@ pub struct LoadReport {
     pub failures: Vec<String>,
 }
 
+impl LoadReport {
+    /// Fails the test, showing the first failures and `context`, unless every
+    /// request got a 200; returns the number of requests sent.
+    pub fn assert_no_failures(&self, context: &str) -> u64 {
+        assert!(
+            self.failures.is_empty(),
+            "{} of {} requests failed: {:?}\n{context}",
+            self.failures.len(),
+            self.total,
+            &self.failures[..self.failures.len().min(5)]
+        );
+        self.total
+    }
+}
+
+/// A command for `tool`, failing the test with how to install it (from
+/// Debian's `package`, as .ci/run does) when it is not on `PATH`.
+pub fn installed(tool: &str, package: &str) -> Command {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "`{tool}` is not installed: apt-get install {package} (.ci/run does)"
+    );
+    Command::new(tool)
+}
+
 impl Load {
     /// Starts `threads` senders of `GET path` to `addr`.
     pub fn start(addr: SocketAddr, threads: usize, path: &str) -> Self {
