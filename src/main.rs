@@ -103,6 +103,9 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let reloader = Reloader::new(cli.config.clone(), Arc::clone(&state), Arc::clone(&metrics))
         .map_err(|e| format!("SIGHUP handler: {e}"))?;
 
+    if cli.daemon {
+        exit_on_daemon_ready().map_err(|e| format!("SIGUSR1 handler: {e}"))?;
+    }
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     // Bootstrap (taking the listeners over with --upgrade, then telling a
     // --daemon parent it may exit) runs as a service, after daemonizing:
@@ -140,6 +143,25 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         admin_addr,
     );
     server.run_forever()
+}
+
+/// With `--daemon`, Pingora's starting process waits for the daemon's
+/// `SIGUSR1` ("bootstrapped") before it exits 0 — but it installs its handler
+/// only after forking, so a daemon that bootstraps quickly signals a process
+/// with no handler, which the signal then kills (seen under load: the
+/// `--daemon` command died of SIGUSR1). Installing the exit here, before the
+/// fork, closes that window: whenever `SIGUSR1` arrives, the process exits 0.
+/// The daemon inherits the handler; nothing else sends it `SIGUSR1`, whose
+/// default action ends the process anyway.
+fn exit_on_daemon_ready() -> std::io::Result<()> {
+    // SAFETY: the action only calls `_exit`, which is async-signal-safe; it
+    // allocates, locks and touches nothing.
+    unsafe {
+        signal_hook::low_level::register(signal_hook::consts::SIGUSR1, || {
+            signal_hook::low_level::exit(0)
+        })?;
+    }
+    Ok(())
 }
 
 fn print_summary(path: &std::path::Path, config: &Config) {

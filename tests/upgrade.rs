@@ -163,18 +163,28 @@ routes:
         ),
     )
     .unwrap();
+    let logs = || {
+        ["first.log", "second.log"]
+            .iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+                format!("--- {name}\n{text}")
+            })
+            .collect::<String>()
+    };
     let sluice = |args: &[&str], log: &str| {
-        Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(args)
             .arg("--config")
             .arg(&config)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join(log)).unwrap())
             .status()
-            .expect("run sluice")
+            .expect("run sluice");
+        assert!(status.success(), "sluice {args:?}: {status}\n{}", logs());
     };
 
-    assert!(sluice(&["--daemon"], "first.log").success());
+    sluice(&["--daemon"], "first.log");
     let first = read_pid(&pid_file).expect("the daemon's pid file");
     let _first_guard = KillPid(first);
     wait_until(Duration::from_secs(10), "the daemon to listen", || {
@@ -191,7 +201,7 @@ routes:
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(sluice(&["--upgrade", "--daemon"], "second.log").success());
+    sluice(&["--upgrade", "--daemon"], "second.log");
     let second = read_pid(&pid_file).expect("the new daemon's pid file");
     let _second_guard = KillPid(second);
     assert_ne!(first, second, "the pid file must name the new daemon");
