@@ -28,7 +28,7 @@ pub struct AccessLogLine<'a> {
     /// The upstream pool the request was proxied to, if any.
     pub upstream: Option<&'a str>,
     /// The server of the pool that was chosen, if any.
-    pub upstream_addr: Option<String>,
+    pub upstream_addr: Option<&'a str>,
     /// Time from the request's start to the end of its response.
     pub duration_ms: f64,
     /// `allow`, `deny`, `shadow_deny` (admitted; a shadow limit would have
@@ -39,7 +39,7 @@ pub struct AccessLogLine<'a> {
     /// Who decided (the `source` label of the decision metric).
     pub source: Option<&'static str>,
     /// The client IP, as the limiter sees it (after trusted proxies).
-    pub client: Option<IpAddr>,
+    pub client: IpAddr,
 }
 
 impl AccessLogLine<'_> {
@@ -84,7 +84,7 @@ mod tests {
             decision: Some("deny"),
             limit: Some("per-user"),
             source: Some("redis"),
-            client: "192.0.2.1".parse().ok(),
+            client: IpAddr::from([192, 0, 2, 1]),
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));

@@ -177,10 +177,14 @@ impl Metrics {
     /// and alerts see every series from the start. A `shadow` limit also has
     /// `decision="shadow_deny"` series.
     pub fn limit_counters(&self, route: &str, limit: &str, shadow: bool) -> LimitCounters {
-        let decisions: &[&str] = if shadow {
-            &["allow", "deny", "shadow_deny"]
+        let decisions: &[DecisionLabel] = if shadow {
+            &[
+                DecisionLabel::Allow,
+                DecisionLabel::Deny,
+                DecisionLabel::ShadowDeny,
+            ]
         } else {
-            &["allow", "deny"]
+            &[DecisionLabel::Allow, DecisionLabel::Deny]
         };
         let mut counters = Vec::with_capacity(decisions.len() * Source::ALL.len());
         for &decision in decisions {
@@ -188,7 +192,7 @@ impl Metrics {
                 counters.push(self.decisions.with_label_values(&[
                     route,
                     limit,
-                    decision,
+                    decision.name(),
                     source.label(),
                 ]));
             }

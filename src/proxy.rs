@@ -60,6 +60,8 @@ struct Verdict {
     label: DecisionLabel,
     /// The limit that denied (or would have, for shadow), by index.
     limit: Option<usize>,
+    /// For a denial, how long until the denying limit would admit it.
+    retry_after: Duration,
     source: Source,
 }
 
@@ -312,26 +314,29 @@ fn client_ip(state: &GatewayState, session: &Session) -> IpAddr {
 /// What the access log says the limiter decided.
 fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -> Verdict {
     let decisions = keys.iter().zip(&outcome.decisions);
-    let (label, limit) = if !outcome.admitted {
+    let (label, limit, retry_after) = if !outcome.admitted {
         // The enforced limit that denies longest names the denial.
-        let denying = decisions
+        match decisions
             .filter(|((i, _), d)| !d.allowed && !route.limits[*i].config.shadow)
             .max_by_key(|(_, d)| d.retry_after)
-            .map(|((i, _), _)| *i);
-        (DecisionLabel::Deny, denying)
+        {
+            Some(((i, _), d)) => (DecisionLabel::Deny, Some(*i), d.retry_after),
+            None => (DecisionLabel::Deny, None, Duration::ZERO),
+        }
     } else {
         match decisions
             .filter(|((i, _), d)| !d.allowed && route.limits[*i].config.shadow)
             .map(|((i, _), _)| *i)
             .next()
         {
-            Some(shadow) => (DecisionLabel::ShadowDeny, Some(shadow)),
-            None => (DecisionLabel::Allow, None),
+            Some(shadow) => (DecisionLabel::ShadowDeny, Some(shadow), Duration::ZERO),
+            None => (DecisionLabel::Allow, None, Duration::ZERO),
         }
     };
     Verdict {
         label,
         limit,
+        retry_after,
         source: outcome.source,
     }
 }
@@ -419,17 +424,11 @@ impl ProxyHttp for Gateway {
                     return Ok(true);
                 }
                 if !outcome.admitted {
-                    let (denying, wait) = verdict
+                    let denying = verdict
                         .limit
-                        .and_then(|i| {
-                            let d = keys.iter().position(|(k, _)| *k == i)?;
-                            Some((
-                                route.limits[i].config.name.as_str(),
-                                outcome.decisions[d].retry_after,
-                            ))
-                        })
-                        .unwrap_or(("", Duration::ZERO));
-                    let retry_after = ceil_secs(wait).max(1);
+                        .map(|i| route.limits[i].config.name.as_str())
+                        .unwrap_or("");
+                    let retry_after = ceil_secs(verdict.retry_after).max(1);
                     let mut headers = vec![("retry-after", retry_after.to_string())];
                     headers.extend(Self::rate_headers(&state, Some(route), &ctx.rate));
                     let body = format!(
@@ -554,9 +553,10 @@ impl ProxyHttp for Gateway {
         _e: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
-        let state = Arc::clone(&ctx.state);
+        let leases = ctx.leases.take();
+        let state = &ctx.state;
         let route = ctx.route.map(|i| &state.compiled[i]);
-        if let (Some(held), Some(route)) = (ctx.leases.take(), route) {
+        if let (Some(held), Some(route)) = (leases, route) {
             let checks = Self::checks(route, &held.keys);
             state.decider.release(&checks, &held.outcome).await;
         }
@@ -593,7 +593,7 @@ impl ProxyHttp for Gateway {
                 path: req.uri.path(),
                 status,
                 upstream,
-                upstream_addr: ctx.upstream_addr.take(),
+                upstream_addr: ctx.upstream_addr.as_deref(),
                 duration_ms: elapsed.as_secs_f64() * 1000.0,
                 decision: verdict.map(|v| v.label.name()),
                 limit: verdict
@@ -601,7 +601,7 @@ impl ProxyHttp for Gateway {
                     .zip(route)
                     .map(|(i, r)| r.limits[i].config.name.as_str()),
                 source: verdict.map(|v| v.source.label()),
-                client: Some(ctx.client.unwrap_or_else(|| client_ip(&state, session))),
+                client: ctx.client.unwrap_or_else(|| client_ip(state, session)),
             }
             .write();
         }

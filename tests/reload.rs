@@ -119,7 +119,7 @@ fn a_request_in_flight_finishes_on_the_config_it_started_with() {
     let upstream = Upstream::start();
     let (sluice, server) = start(&redis, &upstream, "limit: 100");
     let addr = sluice.addr;
-    let slow = thread::spawn(move || get(addr, "/slow/1500", &[("X-Client", "slow")]));
+    let slow = thread::spawn(move || get(addr, "/slow/3000", &[("X-Client", "slow")]));
     wait_until(Duration::from_secs(10), "the slow request upstream", || {
         upstream.in_flight() == 1
     });

@@ -205,7 +205,7 @@ impl Decider {
     /// serve at once (requests in flight finish on the old one).
     pub fn reconfigure(&self, config: &LimiterConfig) -> Result<Self, LimiterError> {
         let old = &self.settings;
-        let redis = if (old.backend, &old.redis) == (config.backend, &config.redis) {
+        let redis = if self.keeps_connections(config) {
             self.redis.clone()
         } else {
             Self::remote(config, &self.metrics)?
@@ -233,8 +233,8 @@ impl Decider {
     }
 
     /// Whether a decider reconfigured to `config` keeps this one's Redis
-    /// connections.
-    pub fn keeps_connections(&self, config: &LimiterConfig) -> bool {
+    /// connections (the same backend and Redis settings).
+    fn keeps_connections(&self, config: &LimiterConfig) -> bool {
         (self.settings.backend, &self.settings.redis) == (config.backend, &config.redis)
     }
 
