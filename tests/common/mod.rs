@@ -128,6 +128,11 @@ impl RedisServer {
             .expect("KEYS")
     }
 
+    /// Its process id (0 once killed).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// SIGKILLs the server now.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,30 @@
+-- wrk script of the side-by-side benchmark (benches/versus.rs).
+--   wrk ... -s wrk.lua -- <scenario>
+-- allowed: every request carries one of 100,000 keys at random (never denied)
+-- flood:   every request carries the key "flood" (all but the first `limit` denied)
+-- mix:     10 % "flood", 90 % one of 100,000 keys
+-- Ends with one machine-readable line; latencies in microseconds.
+local scenario = "allowed"
+
+function init(args)
+  scenario = args[1] or "allowed"
+  math.randomseed(42)
+end
+
+function request()
+  local key
+  if scenario == "flood" or (scenario == "mix" and math.random() < 0.1) then
+    key = "flood"
+  else
+    key = tostring(math.random(1, 100000))
+  end
+  wrk.headers["X-Key"] = key
+  return wrk.format("GET", "/bench")
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT requests=%d duration_us=%d p50_us=%d p99_us=%d socket_errors=%d\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.timeout))
+end
