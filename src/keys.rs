@@ -6,7 +6,6 @@
 
 use crate::config::{ClientIpConfig, IpNet, KeyPart};
 use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// A key-part value longer than this is replaced by its hash.
@@ -118,14 +117,18 @@ fn is_safe(value: &[u8]) -> bool {
 /// one, and `|` (the part separator) occurs in neither: distinct part lists
 /// give distinct keys (up to 128-bit hash collisions).
 pub fn push_part(out: &mut String, value: &[u8]) {
-    if is_safe(value) {
-        // Safe bytes are ASCII, so this is valid UTF-8.
-        out.extend(value.iter().map(|&b| b as char));
-    } else {
-        let digest = Sha256::digest(value);
-        out.push('#');
-        for byte in digest.iter().take(HASH_HEX_LEN / 2) {
-            let _ = write!(out, "{byte:02x}");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match std::str::from_utf8(value) {
+        // Safe bytes are ASCII, so always valid UTF-8.
+        Ok(text) if is_safe(value) => out.push_str(text),
+        _ => {
+            let digest = Sha256::digest(value);
+            out.reserve(1 + HASH_HEX_LEN);
+            out.push('#');
+            for &byte in digest.iter().take(HASH_HEX_LEN / 2) {
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 0xf)]));
+            }
         }
     }
 }
