@@ -263,6 +263,38 @@ fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
     );
 }
 
+#[test]
+fn one_clobbered_key_in_a_batch_fails_only_its_own_decision() {
+    // Concurrent decisions travel to Redis together, in one script call: a key
+    // holding something foreign must fail its own decision only.
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&config(&redis, &upstream, 3, "1m"));
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("not a sorted set")
+        .query(&mut redis.connection())
+        .unwrap();
+    let addr = sluice.addr;
+    let statuses = concurrent(40, move |i| {
+        let user = if i % 2 == 0 {
+            "user_1001".to_string()
+        } else {
+            format!("user_{i}")
+        };
+        get(addr, "/sms/x", &[("X-User", &user)])
+    });
+    let (broken, fine): (Vec<_>, Vec<_>) =
+        statuses.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    assert!(broken.iter().all(|(_, &s)| s == 503), "{statuses:?}");
+    assert!(fine.iter().all(|(_, &s)| s == 200), "{statuses:?}");
+    assert_eq!(upstream.hits(), 20);
+    assert_eq!(
+        sluice.decisions("sms-send", "per-user", "allow", "redis"),
+        20
+    );
+}
+
 /// EVALSHA calls Redis executed (the first one of a fresh server fails with
 /// NOSCRIPT and is retried after SCRIPT LOAD; failed calls are not counted).
 fn evalsha_calls(redis: &RedisServer) -> u64 {

@@ -1,5 +1,6 @@
 -- sluice decide: runs the algorithms above over one or more keys, all or nothing.
 --
+-- One decision:
 -- KEYS[i]: counter key of limit i.
 -- ARGV[1]: unique member for this request (gateway instance id + sequence).
 -- ARGV[2]: 'take' to decide, 'refund' to give back what ARGV[1] took at time
@@ -7,6 +8,14 @@
 -- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, shadow of
 --          limit i. param: buckets (sliding_window), burst (token_bucket),
 --          lease µs (concurrency). shadow = 1: counts and reports, never denies.
+--
+-- A batch of decisions (concurrent requests of one gateway, in one call):
+-- ARGV[1] = '*' (never a member), ARGV[2] = the number of decisions; then, per
+-- decision, its key count k followed by its own 3 + 6k arguments as above.
+-- KEYS holds every decision's keys, in order. The decisions run one after
+-- the other, exactly as separate calls would, with one clock reading; the
+-- reply holds one reply per decision, or that decision's error (one foreign
+-- key fails its own decision, not the batch).
 --
 -- The clock is Redis's own (TIME), never the gateway's. The request is admitted
 -- if every non-shadow limit admits it; then each limit that admits it consumes
@@ -18,29 +27,6 @@
 -- `reset` the time until the limit frees a unit, `retry_after` the time until
 -- this limit alone would admit this request (0 if it would now).
 local algorithms = { sliding_log, sliding_window, fixed_window, token_bucket, concurrency }
-local member = ARGV[1]
-local n = #KEYS
-local limits = {}
-for i = 1, n do
-  local b = 4 + 6 * (i - 1)
-  limits[i] = {
-    algorithm = algorithms[tonumber(ARGV[b])],
-    limit = tonumber(ARGV[b + 1]),
-    window = tonumber(ARGV[b + 2]),
-    cost = tonumber(ARGV[b + 3]),
-    param = tonumber(ARGV[b + 4]),
-    shadow = ARGV[b + 5] == '1',
-  }
-end
-
-if ARGV[2] == 'refund' then
-  local taken = tonumber(ARGV[3])
-  for i = 1, n do
-    limits[i].algorithm.refund(KEYS[i], limits[i], member, taken)
-  end
-  return { 1 }
-end
-
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 
@@ -70,43 +56,88 @@ end
 -- instead of every decision on it failing with WRONGTYPE until it expires.
 -- Anything else at the key is left alone and the error goes to the gateway
 -- (its on_error applies). pcall costs nothing when the key is right.
-local function peek(i)
-  local a = limits[i]
-  local ok, fit, state = pcall(a.algorithm.peek, KEYS[i], now, a)
+local function peek(key, a)
+  local ok, fit, state = pcall(a.algorithm.peek, key, now, a)
   if ok then
     return fit, state
   end
   local message = type(fit) == 'table' and fit.err or tostring(fit)
-  if not string.find(message, 'WRONGTYPE', 1, true) or not left_by_sluice(KEYS[i]) then
+  if not string.find(message, 'WRONGTYPE', 1, true) or not left_by_sluice(key) then
     error(fit)
   end
-  redis.call('DEL', KEYS[i])
-  return a.algorithm.peek(KEYS[i], now, a)
+  redis.call('DEL', key)
+  return a.algorithm.peek(key, now, a)
 end
 
-local fits = {}
-local states = {}
-local admit = 1
-for i = 1, n do
-  fits[i], states[i] = peek(i)
-  if not fits[i] and not limits[i].shadow then
-    admit = 0
+-- One decision over KEYS[ko + 1 .. ko + n], its arguments from ARGV[o + 1].
+local function decide(ko, n, o)
+  local member = ARGV[o + 1]
+  local limits = {}
+  for i = 1, n do
+    local b = o + 4 + 6 * (i - 1)
+    limits[i] = {
+      algorithm = algorithms[tonumber(ARGV[b])],
+      limit = tonumber(ARGV[b + 1]),
+      window = tonumber(ARGV[b + 2]),
+      cost = tonumber(ARGV[b + 3]),
+      param = tonumber(ARGV[b + 4]),
+      shadow = ARGV[b + 5] == '1',
+    }
   end
+
+  if ARGV[o + 2] == 'refund' then
+    local taken = tonumber(ARGV[o + 3])
+    for i = 1, n do
+      limits[i].algorithm.refund(KEYS[ko + i], limits[i], member, taken)
+    end
+    return { 1 }
+  end
+
+  local fits = {}
+  local states = {}
+  local admit = 1
+  for i = 1, n do
+    fits[i], states[i] = peek(KEYS[ko + i], limits[i])
+    if not fits[i] and not limits[i].shadow then
+      admit = 0
+    end
+  end
+
+  local out = { admit, now }
+  for i = 1, n do
+    local a = limits[i]
+    local key = KEYS[ko + i]
+    local remaining, reset, retry
+    if admit == 1 and fits[i] then
+      remaining, reset = a.algorithm.take(key, now, a, states[i], member)
+      retry = 0
+    else
+      remaining, reset, retry = a.algorithm.report(key, now, a, states[i])
+    end
+    out[#out + 1] = fits[i] and 1 or 0
+    out[#out + 1] = remaining
+    out[#out + 1] = reset
+    out[#out + 1] = retry
+  end
+  return out
 end
 
-local out = { admit, now }
-for i = 1, n do
-  local a = limits[i]
-  local remaining, reset, retry
-  if admit == 1 and fits[i] then
-    remaining, reset = a.algorithm.take(KEYS[i], now, a, states[i], member)
-    retry = 0
+if ARGV[1] ~= '*' then
+  return decide(0, #KEYS, 0)
+end
+local replies = {}
+local ko, o = 0, 2
+for d = 1, tonumber(ARGV[2]) do
+  local n = tonumber(ARGV[o + 1])
+  local ok, reply = pcall(decide, ko, n, o + 1)
+  if ok then
+    replies[d] = reply
+  elseif type(reply) == 'table' and reply.err then
+    replies[d] = reply
   else
-    remaining, reset, retry = a.algorithm.report(KEYS[i], now, a, states[i])
+    replies[d] = { err = tostring(reply) }
   end
-  out[#out + 1] = fits[i] and 1 or 0
-  out[#out + 1] = remaining
-  out[#out + 1] = reset
-  out[#out + 1] = retry
+  ko = ko + n
+  o = o + 1 + 3 + 6 * n
 end
-return out
+return replies
