@@ -3,6 +3,7 @@
 //!
 //!   cargo bench --bench versus                      # 3 rounds of 5 s
 //!   cargo bench --bench versus -- --rounds 5 --seconds 10 --connections 32
+//!   cargo bench --bench versus -- --scenarios allowed,flood --no-readme --out /tmp/r.md
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -87,6 +88,8 @@ struct Options {
     connections: usize,
     out: PathBuf,
     readme: Option<PathBuf>,
+    /// Scenarios to run (all by default).
+    scenarios: Vec<String>,
 }
 
 impl Options {
@@ -98,6 +101,7 @@ impl Options {
             connections: 32,
             out: root.join("benches/results.md"),
             readme: Some(root.join("README.md")),
+            scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(),
         };
         let mut i = 1;
         while i < args.len() {
@@ -107,6 +111,16 @@ impl Options {
                 "--seconds" => options.seconds = value().parse().expect("--seconds N"),
                 "--connections" => options.connections = value().parse().expect("--connections N"),
                 "--out" => options.out = PathBuf::from(value()),
+                "--scenarios" => {
+                    options.scenarios = value().split(',').map(str::to_string).collect();
+                    assert!(
+                        options
+                            .scenarios
+                            .iter()
+                            .all(|s| SCENARIOS.contains(&s.as_str())),
+                        "--scenarios: a comma-separated subset of {SCENARIOS:?}"
+                    );
+                }
                 "--no-readme" => {
                     options.readme = None;
                     i += 1;
@@ -325,6 +339,7 @@ fn run(options: &Options) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua");
     let plan: Vec<(&str, &Case)> = SCENARIOS
         .iter()
+        .filter(|s| options.scenarios.iter().any(|o| o == *s))
         .flat_map(|&scenario| {
             bench
                 .cases
@@ -371,7 +386,9 @@ fn run(options: &Options) {
 
     // Latency below saturation: every case at one rate, half of the peak of
     // sluice + Redis sliding_log on allowed traffic.
-    let peak = median(&samples[&("allowed", SLUICE_LOG)], |s| s.rps);
+    let peak = samples
+        .get(&("allowed", SLUICE_LOG))
+        .map_or(2000.0, |s| median(s, |x| x.rps));
     let rate = (peak / 2.0).max(100.0);
     let mut paced_results: HashMap<&str, Vec<Paced>> = HashMap::new();
     for round in 1..=options.rounds {
