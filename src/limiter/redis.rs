@@ -18,9 +18,15 @@
 //! other inside one atomic execution, exactly as separate calls would, so
 //! exactness is untouched; what is saved is Redis's per-call overhead (command
 //! dispatch, the script's set-up), the client's per-command encoding and
-//! parsing, and syscalls. A queued request whose caller has given up (budget
-//! exceeded) is never sent, so it cannot consume a unit after its client was
-//! answered by `on_error`.
+//! parsing, and syscalls. A queued request whose budget has run out is never
+//! sent, so it cannot consume a unit after its client was answered by
+//! `on_error`.
+//!
+//! The budget is kept without a timer per request: each queued decision
+//! carries its deadline, and a batch's call is bounded by the earliest
+//! deadline in it. A request queued behind a call in flight waits at most
+//! until that call's own (earlier) deadline, so every decision is answered by
+//! its deadline, and the timer costs one per batch instead of one per request.
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
@@ -150,7 +156,9 @@ struct Queue {
 struct Queued {
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
-    reply: oneshot::Sender<Result<redis::Value, LimiterError>>,
+    /// When its budget runs out.
+    deadline: Instant,
+    reply: oneshot::Sender<Result<Vec<i64>, LimiterError>>,
 }
 
 impl RedisLimiter {
@@ -238,15 +246,26 @@ impl RedisLimiter {
         checks: &[LimitCheck<'_>],
         member: &str,
         mode: Mode,
-    ) -> Result<redis::Value, LimiterError> {
-        let conn = self.connection().await?;
+        deadline: Instant,
+    ) -> Result<Vec<i64>, LimiterError> {
+        let conn = match self.current() {
+            Some(conn) => conn,
+            None => tokio::time::timeout_at(deadline.into(), self.connection())
+                .await
+                .unwrap_or(Err(LimiterError::Timeout(self.budget)))?,
+        };
         let keys = checks.iter().map(|c| c.key.to_string()).collect();
         let mut args = Vec::with_capacity(3 + 6 * checks.len());
         push_args(&mut args, checks, member, mode);
         let (reply, receive) = oneshot::channel();
         let start_flushing = {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.pending.push(Queued { keys, args, reply });
+            queue.pending.push(Queued {
+                keys,
+                args,
+                deadline,
+                reply,
+            });
             !std::mem::replace(&mut queue.flushing, true)
         };
         if start_flushing {
@@ -278,12 +297,22 @@ impl RedisLimiter {
 
     /// Sends one batch (one script call per [`MAX_BATCH`] decisions, in one
     /// pipeline) and hands out the replies.
-    async fn send_batch(&self, conn: &mut MultiplexedConnection, mut batch: Vec<Queued>) {
-        // Callers that gave up must not consume quota after the fact.
-        batch.retain(|queued| !queued.reply.is_closed());
-        if batch.is_empty() {
-            return;
+    async fn send_batch(&self, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
+        // Decisions out of budget are answered now and never sent: they must
+        // not consume quota after their client was answered by on_error.
+        let now = Instant::now();
+        let (late, live): (Vec<Queued>, Vec<Queued>) =
+            batch.into_iter().partition(|queued| queued.deadline <= now);
+        for queued in late {
+            let _ = queued.reply.send(Err(LimiterError::Timeout(self.budget)));
         }
+        let mut batch: Vec<Queued> = live
+            .into_iter()
+            .filter(|queued| !queued.reply.is_closed())
+            .collect();
+        let Some(deadline) = batch.iter().map(|q| q.deadline).min() else {
+            return;
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut chunks = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
@@ -292,7 +321,7 @@ impl RedisLimiter {
             pipe.add_command(self.batch_command(&batch));
             chunks.push(std::mem::replace(&mut batch, rest));
         }
-        let mut results = self.run(conn, &pipe).await;
+        let mut results = self.run(conn, &pipe, deadline).await;
         // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
         // and run again only the calls that did not execute.
         let lost: Vec<usize> = match &results {
@@ -312,9 +341,11 @@ impl RedisLimiter {
             for &i in &lost {
                 retry.add_command(commands[i].clone());
             }
-            let reloaded = match self.script.load_async(conn).await {
-                Ok(_) => self.run(conn, &retry).await,
-                Err(e) => Err(self.classify(e)),
+            let load = tokio::time::timeout_at(deadline.into(), self.script.load_async(conn));
+            let reloaded = match load.await {
+                Ok(Ok(_)) => self.run(conn, &retry, deadline).await,
+                Ok(Err(e)) => Err(self.classify(e)),
+                Err(_) => Err(LimiterError::Timeout(self.budget)),
             };
             results = match (results, reloaded) {
                 (Ok(mut values), Ok(again)) => {
@@ -361,10 +392,10 @@ impl RedisLimiter {
     }
 
     /// Gives each decision of `chunk` its own reply (or error) from the
-    /// batch call's reply.
+    /// batch call's reply: one line per decision.
     fn hand_out(&self, chunk: Vec<Queued>, value: redis::RedisResult<redis::Value>) {
-        let replies = match value {
-            Ok(redis::Value::Array(replies)) if replies.len() == chunk.len() => replies,
+        let text = match value {
+            Ok(redis::Value::BulkString(text)) => text,
             Ok(other) => {
                 let error = LimiterError::Server(format!("unexpected batch reply: {other:?}"));
                 for queued in chunk {
@@ -380,24 +411,26 @@ impl RedisLimiter {
                 return;
             }
         };
-        for (queued, reply) in chunk.into_iter().zip(replies) {
-            let decoded = match reply {
-                redis::Value::ServerError(e) => Err(self.classify(e.into())),
-                value => Ok(value),
+        let mut lines = text.split(|&b| b == b'\n');
+        for queued in chunk {
+            let decoded = match lines.next() {
+                Some(line) => parse_batch_line(line),
+                None => Err(LimiterError::Server("batch reply too short".into())),
             };
             let _ = queued.reply.send(decoded);
         }
     }
 
-    /// Runs `pipe`, giving up after the decision budget: every request in it
+    /// Runs `pipe`, giving up at `deadline` (the earliest of its decisions'):
     /// has already been answered by `on_error` by then, and the flush loop
     /// must not be held up for the requests queued behind it.
     async fn run(
         &self,
         conn: &mut MultiplexedConnection,
         pipe: &redis::Pipeline,
+        deadline: Instant,
     ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
-        match tokio::time::timeout(self.budget, pipe.query_async(conn)).await {
+        match tokio::time::timeout_at(deadline.into(), pipe.query_async(conn)).await {
             Ok(result) => result.map_err(|e| self.classify(e)),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         }
@@ -475,15 +508,11 @@ impl Limiter for Arc<RedisLimiter> {
             return Err(error);
         }
         let started = Instant::now();
-        let result = match tokio::time::timeout(
-            self.budget,
-            self.evaluate(checks, member, Mode::Take),
-        )
-        .await
-        {
-            Ok(result) => result.and_then(|reply| parse_reply(reply, checks.len()).map(|(d, _)| d)),
-            Err(_) => Err(LimiterError::Timeout(self.budget)),
-        };
+        // Answered by started + budget: see "The budget is kept" above.
+        let result = self
+            .evaluate(checks, member, Mode::Take, started + self.budget)
+            .await
+            .and_then(|reply| decode_reply(&reply, checks.len()).map(|(d, _)| d));
         self.record(&result, started);
         result
     }
@@ -494,11 +523,10 @@ impl Limiter for Arc<RedisLimiter> {
         if self.circuit.is_open() {
             return Err(LimiterError::CircuitOpen);
         }
-        let release = self.evaluate(checks, member, Mode::Refund { taken_us: 0 });
-        match tokio::time::timeout(self.budget, release).await {
-            Ok(result) => result.map(|_| ()),
-            Err(_) => Err(LimiterError::Timeout(self.budget)),
-        }
+        let deadline = Instant::now() + self.budget;
+        self.evaluate(checks, member, Mode::Refund { taken_us: 0 }, deadline)
+            .await
+            .map(|_| ())
     }
 }
 
@@ -515,6 +543,32 @@ pub(super) fn parse_reply(
     let values: Vec<i64> = redis::from_redis_value(reply)
         .map_err(|e| LimiterError::Server(format!("unexpected script reply: {e}")))?;
     decode_reply(&values, n)
+}
+
+/// One decision's line of a batch reply: its numbers, or `!` and its error.
+fn parse_batch_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
+    if let Some(message) = line.strip_prefix(b"!") {
+        let message = String::from_utf8_lossy(message).into_owned();
+        let code = message.split(' ').next().unwrap_or("");
+        return Err(if UNHEALTHY_CODES.contains(&code) {
+            LimiterError::Unavailable(message)
+        } else {
+            LimiterError::Server(message)
+        });
+    }
+    line.split(|&b| b == b' ')
+        .map(|field| {
+            std::str::from_utf8(field)
+                .ok()
+                .and_then(|f| f.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    LimiterError::Server(format!(
+                        "unexpected script reply: {}",
+                        String::from_utf8_lossy(line)
+                    ))
+                })
+        })
+        .collect()
 }
 
 fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
@@ -557,5 +611,23 @@ mod tests {
         assert!(d[0].allowed && !d[1].allowed);
         assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
         assert!(decode_reply(&[1, 2], 1).is_err());
+    }
+
+    #[test]
+    fn batch_lines() {
+        assert_eq!(
+            parse_batch_line(b"1 1764000000000000 1 4 10000000 0").unwrap(),
+            vec![1, 1_764_000_000_000_000, 1, 4, 10_000_000, 0]
+        );
+        assert!(matches!(
+            parse_batch_line(b"!WRONGTYPE Operation against a key"),
+            Err(LimiterError::Server(m)) if m.starts_with("WRONGTYPE")
+        ));
+        assert!(matches!(
+            parse_batch_line(b"!BUSY Redis is busy"),
+            Err(LimiterError::Unavailable(_))
+        ));
+        assert!(parse_batch_line(b"1 x").is_err());
+        assert!(parse_batch_line(b"").is_err());
     }
 }
