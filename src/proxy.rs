@@ -18,7 +18,7 @@ use crate::metrics::{DecisionLabel, Metrics};
 use crate::state::{CompiledRoute, GatewayState, SharedState};
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header;
+use http::{header, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
 use pingora::proxy::{ProxyHttp, Session};
@@ -213,19 +213,23 @@ impl Gateway {
         state: &GatewayState,
         route: Option<&CompiledRoute>,
         entries: &[(usize, Decision)],
-    ) -> Vec<(&'static str, String)> {
+    ) -> Vec<(&'static str, HeaderValue)> {
         let style = state.config.response.headers;
         let (Some(route), Some((first, most))) = (route, entries.first()) else {
             return Vec::new();
         };
         let mut headers = Vec::new();
         if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+            // Numbers straight into header values: no String, no validation.
             headers.push((
                 "x-ratelimit-limit",
-                route.limits[*first].config.limit.to_string(),
+                HeaderValue::from(route.limits[*first].config.limit),
             ));
-            headers.push(("x-ratelimit-remaining", most.remaining.to_string()));
-            headers.push(("x-ratelimit-reset", ceil_secs(most.reset).to_string()));
+            headers.push(("x-ratelimit-remaining", HeaderValue::from(most.remaining)));
+            headers.push((
+                "x-ratelimit-reset",
+                HeaderValue::from(ceil_secs(most.reset)),
+            ));
         }
         if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
             let mut policy = String::new();
@@ -253,8 +257,12 @@ impl Gateway {
                     ceil_secs(t)
                 ));
             }
-            headers.push(("ratelimit-policy", policy));
-            headers.push(("ratelimit", state));
+            // Names are [a-z0-9_-]+ and the rest digits: always a valid value.
+            for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+                if let Ok(value) = HeaderValue::try_from(value) {
+                    headers.push((name, value));
+                }
+            }
         }
         headers
     }
@@ -268,14 +276,14 @@ async fn respond(
     session: &mut Session,
     status: u16,
     content_type: &str,
-    headers: &[(&'static str, String)],
+    headers: &[(&'static str, HeaderValue)],
     body: Bytes,
 ) -> Result<()> {
     let mut response = ResponseHeader::build(status, Some(headers.len() + 2))?;
     response.insert_header(header::CONTENT_TYPE, content_type)?;
     response.insert_header(header::CONTENT_LENGTH, body.len())?;
     for (name, value) in headers {
-        response.insert_header(*name, value)?;
+        response.insert_header(*name, value.clone())?;
     }
     // A body the client sent but we did not read would be taken for the next
     // request on this connection: close it instead.
@@ -393,7 +401,10 @@ impl ProxyHttp for Gateway {
                         session,
                         401,
                         JSON,
-                        &[("www-authenticate", r#"Bearer error="invalid_token""#.into())],
+                        &[(
+                            "www-authenticate",
+                            HeaderValue::from_static(r#"Bearer error="invalid_token""#),
+                        )],
                         Bytes::from_static(br#"{"error":"unauthorized"}"#),
                     )
                     .await?;
@@ -417,7 +428,7 @@ impl ProxyHttp for Gateway {
                         session,
                         503,
                         JSON,
-                        &[("retry-after", "1".into())],
+                        &[("retry-after", HeaderValue::from_static("1"))],
                         body.into(),
                     )
                     .await?;
@@ -429,7 +440,7 @@ impl ProxyHttp for Gateway {
                         .map(|i| route.limits[i].config.name.as_str())
                         .unwrap_or("");
                     let retry_after = ceil_secs(verdict.retry_after).max(1);
-                    let mut headers = vec![("retry-after", retry_after.to_string())];
+                    let mut headers = vec![("retry-after", HeaderValue::from(retry_after))];
                     headers.extend(Self::rate_headers(&state, Some(route), &ctx.rate));
                     let body = format!(
                         r#"{{"error":"too_many_requests","route":"{}","limit":"{denying}","retry_after_seconds":{retry_after}}}"#,
@@ -523,12 +534,13 @@ impl ProxyHttp for Gateway {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip())
         {
-            let mut value = Vec::new();
+            use std::io::Write as _;
+            let mut value = Vec::with_capacity(48);
             for existing in upstream_request.headers.get_all("x-forwarded-for") {
                 value.extend_from_slice(existing.as_bytes());
                 value.extend_from_slice(b", ");
             }
-            value.extend_from_slice(peer.to_string().as_bytes());
+            let _ = write!(value, "{peer}");
             upstream_request.insert_header("x-forwarded-for", value)?;
         }
         Ok(())
