@@ -157,6 +157,7 @@ const SLUICE_NOLIMIT: &str = "sluice, no limit";
 const SLUICE_LOG: &str = "sluice + Redis, sliding_log";
 const SLUICE_WINDOW: &str = "sluice + Redis, sliding_window";
 const SLUICE_LOCAL: &str = "sluice, backend: local";
+const UPSTREAM_ALONE: &str = "upstream alone (no proxy)";
 const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
 
 /// Everything started for the run; dropped (killed) at the end.
@@ -164,6 +165,7 @@ struct Bench {
     redis: RedisServer,
     _upstream: Daemon,
     upstream_addr: SocketAddr,
+    upstream_case: Case,
     _sluices: Vec<Sluice>,
     _nginx: Vec<Daemon>,
     cases: Vec<Case>,
@@ -243,14 +245,32 @@ fn start_all() -> Bench {
         });
         nginx.push(daemon);
     }
+    let upstream_pid = upstream.child.id();
     Bench {
         redis,
         _upstream: upstream,
         upstream_addr: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+        upstream_case: Case {
+            name: UPSTREAM_ALONE,
+            addr: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+            pid: upstream_pid,
+            limits: false,
+            redis: false,
+        },
         _sluices: sluices,
         _nginx: nginx,
         cases,
         _dir: dir,
+    }
+}
+
+impl Bench {
+    /// The cases of the fixed-rate pass: every server, then the upstream
+    /// alone (the floor: what the machine and the client add by themselves).
+    fn paced_cases(&self) -> impl Iterator<Item = &Case> {
+        self.cases
+            .iter()
+            .chain(std::iter::once(&self.upstream_case))
     }
 }
 
@@ -392,7 +412,7 @@ fn run(options: &Options) {
     let rate = (peak / 2.0).max(100.0);
     let mut paced_results: HashMap<&str, Vec<Paced>> = HashMap::new();
     for round in 1..=options.rounds {
-        for case in &bench.cases {
+        for case in bench.paced_cases() {
             let paced = paced::run(case.addr, rate, options.seconds, options.connections);
             eprintln!(
                 "paced {round} {:38} {:.0} req/s sent  p50 {:.2} ms  p99 {:.2} ms",
@@ -527,7 +547,7 @@ fn report(
         let reference = samples
             .get(&(scenario, NGINX_LIMIT_REQ))
             .map_or(1.0, |s| median(s, |x| x.rps));
-        let _ = writeln!(out, "**{}**\n", scenario_title(scenario));
+        let _ = writeln!(out, "{}\n", scenario_title(scenario));
         let _ = writeln!(
             out,
             "| case | req/s | vs nginx limit_req | p50 ms | p99 ms | admitted | Redis calls/req | CPU µs/req (server + Redis) | errors |"
@@ -563,7 +583,8 @@ fn report(
     }
     let _ = writeln!(
         out,
-        "**Latency below saturation**: every case driven at {rate:.0} req/s (half the peak of sluice + Redis sliding_log), allowed traffic, open loop (a late response delays the next send, and that delay counts).\n"
+        "**Latency below saturation**: every case driven at {rate:.0} req/s (half the peak of sluice + Redis sliding_log), allowed traffic, open loop (a late response delays the next send, and that delay counts). \
+         The upstream alone, driven the same way, shows this machine's own latency noise.\n"
     );
     let _ = writeln!(
         out,
@@ -573,7 +594,7 @@ fn report(
     let base_p99 = paced
         .get(SLUICE_NOLIMIT)
         .map_or(0.0, |p| median(p, |x| x.p99_ms));
-    for case in &bench.cases {
+    for case in bench.paced_cases() {
         let Some(p) = paced.get(case.name) else {
             continue;
         };
@@ -595,9 +616,9 @@ fn report(
 
 fn scenario_title(scenario: &str) -> &'static str {
     match scenario {
-        "allowed" => "Allowed traffic** (100,000 keys at random; nothing is denied)",
-        "flood" => "Flood on one key** (all but 1,000 a minute denied)",
-        _ => "Mix** (90 % allowed over 100,000 keys, 10 % on one flooded key)",
+        "allowed" => "**Allowed traffic** (100,000 keys at random; nothing is denied)",
+        "flood" => "**Flood on one key** (all but 1,000 a minute denied)",
+        _ => "**Mix** (90 % allowed over 100,000 keys, 10 % on one flooded key)",
     }
 }
 
