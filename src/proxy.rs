@@ -353,6 +353,11 @@ fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
+    /// No downstream modules. Pingora's default adds a response-compression
+    /// module at level 0 (disabled), which still costs every request a module
+    /// context and a pass over its headers; sluice passes bodies through.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             state: self.state.load_full(),
