@@ -56,6 +56,7 @@ impl ClusterLimiter {
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(budget.max(Duration::from_millis(100)))
             .retries(1)
+            .tcp_settings(super::redis::no_delay())
             .build()
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster nodes: {e}")))?;
         Ok(Self {
