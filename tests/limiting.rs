@@ -225,17 +225,24 @@ fn lost_script_is_reloaded_without_failing_a_decision() {
     );
 }
 
-#[test]
-fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
+/// Redis, the upstream and sluice (limit 3 a minute, on_error: deny), with
+/// `user_1001`'s counter key holding a string instead of a sorted set.
+fn with_clobbered_key() -> (RedisServer, Upstream, Sluice) {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    // on_error: deny in this config → 503 for the broken key, others unaffected.
     let sluice = Sluice::start(&config(&redis, &upstream, 3, "1m"));
     let _: () = redis::cmd("SET")
         .arg(KEY)
         .arg("not a sorted set")
         .query(&mut redis.connection())
         .unwrap();
+    (redis, upstream, sluice)
+}
+
+#[test]
+fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
+    // on_error: deny in this config → 503 for the broken key, others unaffected.
+    let (_redis, _upstream, sluice) = with_clobbered_key();
     for _ in 0..4 {
         let broken = sluice.get("/sms/x", &[("X-User", "user_1001")]);
         assert_eq!(broken.status, 503, "{}", broken.body);
@@ -267,14 +274,7 @@ fn clobbered_key_follows_the_failure_policy_without_a_5xx() {
 fn one_clobbered_key_in_a_batch_fails_only_its_own_decision() {
     // Concurrent decisions travel to Redis together, in one script call: a key
     // holding something foreign must fail its own decision only.
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let sluice = Sluice::start(&config(&redis, &upstream, 3, "1m"));
-    let _: () = redis::cmd("SET")
-        .arg(KEY)
-        .arg("not a sorted set")
-        .query(&mut redis.connection())
-        .unwrap();
+    let (_redis, upstream, sluice) = with_clobbered_key();
     let addr = sluice.addr;
     let statuses = concurrent(40, move |i| {
         let user = if i % 2 == 0 {
