@@ -118,18 +118,19 @@ fn is_safe(value: &[u8]) -> bool {
 /// give distinct keys (up to 128-bit hash collisions).
 pub fn push_part(out: &mut String, value: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    match std::str::from_utf8(value) {
-        // Safe bytes are ASCII, so always valid UTF-8.
-        Ok(text) if is_safe(value) => out.push_str(text),
-        _ => {
-            let digest = Sha256::digest(value);
-            out.reserve(1 + HASH_HEX_LEN);
-            out.push('#');
-            for &byte in digest.iter().take(HASH_HEX_LEN / 2) {
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0xf)]));
-            }
+    if is_safe(value) {
+        // Safe bytes are ASCII, so this never fails.
+        if let Ok(text) = std::str::from_utf8(value) {
+            out.push_str(text);
+            return;
         }
+    }
+    let digest = Sha256::digest(value);
+    out.reserve(1 + HASH_HEX_LEN);
+    out.push('#');
+    for &byte in digest.iter().take(HASH_HEX_LEN / 2) {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
 }
 
