@@ -127,10 +127,14 @@ impl Options {
                     i += 1;
                     continue;
                 }
-                _ => {
-                    i += 1; // `--bench`, passed by cargo
+                "--bench" => {
+                    i += 1; // passed by cargo
                     continue;
                 }
+                other => panic!(
+                    "unknown option {other:?}: use --rounds N, --seconds N, --connections N, \
+                     --scenarios a,b, --out FILE, --no-readme"
+                ),
             }
             i += 2;
         }
