@@ -5,12 +5,26 @@
 //! filter it and every line is a complete JSON object a log shipper can parse.
 //! It never holds request headers: no `Authorization`, no token, no cookie.
 //! The path is written without its query string, which often carries secrets
-//! (`?access_token=`).
+//! (`?access_token=`), and capped at [`MAX_PATH`] bytes (`"truncated":true`).
+//!
+//! Lines never block a worker: they go into a bounded queue that a thread of
+//! its own writes to stderr. A stderr that cannot keep up (a stalled pipe, a
+//! slow terminal) fills the queue; then lines are dropped and counted
+//! (`sluice_access_log_dropped_total`) instead of slowing requests down.
 
+use prometheus::IntCounter;
 use serde::Serialize;
 use std::io::Write;
 use std::net::IpAddr;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::OnceLock;
 use std::time::SystemTime;
+
+/// The longest path written, in bytes; a longer one is cut and flagged.
+pub const MAX_PATH: usize = 2048;
+
+/// Lines that may wait for the writer thread.
+pub const QUEUE_LINES: usize = 8192;
 
 /// One request's line.
 #[derive(Debug, Serialize)]
@@ -21,8 +35,11 @@ pub struct AccessLogLine<'a> {
     pub route: &'a str,
     /// The request method.
     pub method: &'a str,
-    /// The request path, without query.
+    /// The canonical request path, without query, at most [`MAX_PATH`] bytes.
     pub path: &'a str,
+    /// Whether `path` was cut to [`MAX_PATH`] bytes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
     /// The response status (0 if none was sent).
     pub status: u16,
     /// The upstream pool the request was proxied to, if any.
@@ -57,12 +74,85 @@ impl AccessLogLine<'_> {
         line
     }
 
-    /// Writes the line to stderr in one `write`, so lines from concurrent
-    /// requests never interleave. A failed write is dropped: logging must
-    /// never fail a request.
-    pub fn write(&self) {
-        let line = self.to_line();
-        let _ = std::io::stderr().lock().write_all(&line);
+    /// `path` cut to at most [`MAX_PATH`] bytes on a character boundary,
+    /// and whether it was cut.
+    pub fn capped(path: &str) -> (&str, bool) {
+        if path.len() <= MAX_PATH {
+            return (path, false);
+        }
+        let mut end = MAX_PATH;
+        while !path.is_char_boundary(end) {
+            end -= 1;
+        }
+        (&path[..end], true)
+    }
+}
+
+/// The queue in front of the writer thread.
+pub struct AccessLog {
+    /// Made on the first line, so that the thread is started in the process
+    /// that serves (after a `--daemon` fork, which keeps no threads).
+    lines: OnceLock<Option<SyncSender<Vec<u8>>>>,
+    capacity: usize,
+    dropped: IntCounter,
+}
+
+impl AccessLog {
+    /// An access log with a queue of `capacity` lines; lines that find it
+    /// full are counted on `dropped`. The writer thread starts with the
+    /// first line.
+    pub fn new(capacity: usize, dropped: IntCounter) -> Self {
+        Self {
+            lines: OnceLock::new(),
+            capacity,
+            dropped,
+        }
+    }
+
+    fn sender(&self) -> Option<&SyncSender<Vec<u8>>> {
+        self.lines
+            .get_or_init(|| {
+                let (lines, queue) = sync_channel(self.capacity);
+                let started = std::thread::Builder::new()
+                    .name("sluice-access-log".into())
+                    .spawn(move || write_lines(queue));
+                match started {
+                    Ok(_) => Some(lines),
+                    Err(e) => {
+                        log::error!("access log disabled: cannot start its writer thread: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// Queues `line` without ever waiting: dropped and counted when full.
+    pub fn write(&self, line: &AccessLogLine<'_>) {
+        let sent = self.sender().map(|lines| lines.try_send(line.to_line()));
+        match sent {
+            Some(Ok(())) => {}
+            Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => {
+                self.dropped.inc()
+            }
+        }
+    }
+}
+
+/// The writer thread: whatever is queued goes out in one `write` per batch,
+/// whole lines only, so lines never interleave. A failed write is dropped.
+fn write_lines(queue: Receiver<Vec<u8>>) {
+    let mut batch = Vec::with_capacity(64 * 1024);
+    while let Ok(line) = queue.recv() {
+        batch.extend_from_slice(&line);
+        while batch.len() < 64 * 1024 {
+            match queue.try_recv() {
+                Ok(line) => batch.extend_from_slice(&line),
+                Err(_) => break,
+            }
+        }
+        let _ = std::io::stderr().lock().write_all(&batch);
+        batch.clear();
     }
 }
 
@@ -77,6 +167,7 @@ mod tests {
             route: "sms",
             method: "POST",
             path: "/sms/\"quoted\"\n",
+            truncated: false,
             status: 429,
             upstream: None,
             upstream_addr: None,
@@ -98,5 +189,45 @@ mod tests {
         assert!(value["upstream"].is_null());
         let time = value["time"].as_str().unwrap_or_default();
         assert!(humantime::parse_rfc3339(time).is_ok(), "{time}");
+    }
+
+    #[test]
+    fn long_paths_are_capped_on_a_character_boundary() {
+        assert_eq!(AccessLogLine::capped("/short"), ("/short", false));
+        let long = format!("/{}", "\u{e9}".repeat(MAX_PATH));
+        let (cut, truncated) = AccessLogLine::capped(&long);
+        assert!(truncated);
+        assert!(cut.len() <= MAX_PATH && cut.len() >= MAX_PATH - 1);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_waiting() {
+        let dropped = IntCounter::new("dropped", "test").expect("counter");
+        // No writer thread: nothing drains, so the queue fills at once.
+        let (lines, _queue) = sync_channel(2);
+        let log = AccessLog {
+            lines: OnceLock::from(Some(lines)),
+            capacity: 2,
+            dropped: dropped.clone(),
+        };
+        let line = AccessLogLine {
+            time: AccessLogLine::now(),
+            route: "r",
+            method: "GET",
+            path: "/",
+            truncated: false,
+            status: 200,
+            upstream: None,
+            upstream_addr: None,
+            duration_ms: 0.1,
+            decision: None,
+            limit: None,
+            source: None,
+            client: IpAddr::from([127, 0, 0, 1]),
+        };
+        for _ in 0..5 {
+            log.write(&line);
+        }
+        assert_eq!(dropped.get(), 3);
     }
 }

@@ -22,6 +22,18 @@ pub enum User<'a> {
     Invalid(&'static str),
 }
 
+/// What a request carries under one header name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderValues<'a> {
+    /// Not sent.
+    Absent,
+    /// Sent exactly once.
+    One(&'a [u8]),
+    /// Sent more than once: ambiguous, so never believed (an auth layer that
+    /// appends instead of replacing would otherwise let the client choose).
+    Several,
+}
+
 /// Establishes request identities from the validated `identity` settings.
 pub enum Identity {
     /// No identity configured: `user` is always absent.
@@ -48,23 +60,36 @@ impl Identity {
         matches!(self, Identity::Jwt(v) if v.required)
     }
 
+    /// The identity header that only trusted proxies may set, if identity
+    /// comes from a header: removed from requests of other peers before they
+    /// go upstream, so the upstream never believes a client's own claim.
+    pub fn trusted_header(&self) -> Option<&str> {
+        match self {
+            Identity::Header(name) => Some(name),
+            _ => None,
+        }
+    }
+
     /// The identity of a request. `header` looks up a request header by
     /// lower-case name; `from_trusted_proxy` says whether the peer is one.
+    /// A header sent more than once is [`User::Invalid`]: never a key.
     pub fn user<'a>(
         &self,
-        header: impl Fn(&str) -> Option<&'a [u8]>,
+        header: impl Fn(&str) -> HeaderValues<'a>,
         from_trusted_proxy: bool,
     ) -> User<'a> {
         match self {
             Identity::None => User::Absent,
             Identity::Header(name) if from_trusted_proxy => match header(name) {
-                Some(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
+                HeaderValues::One(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
+                HeaderValues::Several => User::Invalid("identity header sent more than once"),
                 _ => User::Absent,
             },
             Identity::Header(_) => User::Absent,
             Identity::Jwt(verifier) => match header(&verifier.header) {
-                None => User::Absent,
-                Some(value) => verifier.verify(value),
+                HeaderValues::Absent => User::Absent,
+                HeaderValues::One(value) => verifier.verify(value),
+                HeaderValues::Several => User::Invalid("token header sent more than once"),
             },
         }
     }

@@ -20,4 +20,5 @@ pub mod proxy;
 pub mod reload;
 pub mod route;
 pub mod state;
+pub mod target;
 pub mod upstream;

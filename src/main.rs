@@ -6,6 +6,7 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
+use sluice::access_log::{AccessLog, QUEUE_LINES};
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
 use sluice::drain::{settle_time, Draining};
@@ -112,9 +113,10 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     // the listeners start once it is done.
     let bootstrap = server.bootstrap_as_a_service();
 
+    let access_log = AccessLog::new(QUEUE_LINES, metrics.access_log_dropped.clone());
     let proxy_app = pingora::proxy::http_proxy(
         &server.configuration,
-        Gateway::new(Arc::clone(&state), Arc::clone(&metrics)),
+        Gateway::new(Arc::clone(&state), Arc::clone(&metrics), access_log),
     );
     let mut proxy = Service::new(
         "sluice proxy".to_string(),

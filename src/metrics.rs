@@ -24,7 +24,25 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// The Redis metrics, handed to the Redis backend.
     pub redis: RedisMetrics,
+    /// `sluice_downstream_connections`: client connections open now.
+    pub downstream_connections: IntGauge,
+    /// `sluice_downstream_rejected_total{reason}`, reasons in [`REJECT_REASONS`].
+    pub downstream_rejected: IntCounterVec,
+    /// `sluice_access_log_dropped_total`: lines dropped because the access
+    /// log's queue was full.
+    pub access_log_dropped: IntCounter,
 }
+
+/// Why the front door closed or refused a client connection (the `reason`
+/// label of `sluice_downstream_rejected_total`).
+pub const REJECT_REASONS: [&str; 6] = [
+    "max_connections",
+    "header_timeout",
+    "body_timeout",
+    "send_timeout",
+    "header_too_large",
+    "uri_too_long",
+];
 
 /// The metrics the Redis backend updates.
 #[derive(Clone)]
@@ -138,6 +156,27 @@ impl Metrics {
             "sluice_redis_up",
             "1 when the last Redis call succeeded, 0 when Redis is unreachable.",
         )?;
+        let downstream_connections = IntGauge::new(
+            "sluice_downstream_connections",
+            "Client connections open now.",
+        )?;
+        let downstream_rejected = IntCounterVec::new(
+            Opts::new(
+                "sluice_downstream_rejected_total",
+                "Client connections closed or requests refused by the front door, by reason.",
+            ),
+            &["reason"],
+        )?;
+        let access_log_dropped = IntCounter::new(
+            "sluice_access_log_dropped_total",
+            "Access-log lines dropped because the writer could not keep up.",
+        )?;
+        registry.register(Box::new(downstream_connections.clone()))?;
+        registry.register(Box::new(downstream_rejected.clone()))?;
+        registry.register(Box::new(access_log_dropped.clone()))?;
+        for reason in REJECT_REASONS {
+            downstream_rejected.with_label_values(&[reason]);
+        }
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(decisions.clone()))?;
@@ -147,12 +186,6 @@ impl Metrics {
         registry.register(Box::new(up.clone()))?;
         // Every series of a fixed label set exists from the start at 0, so
         // that `increase()` and `rate()` see the first event.
-        for kind in ["timeout", "io", "server", "circuit_open"] {
-            errors.with_label_values(&[kind]);
-        }
-        for result in ["success", "failure"] {
-            config_reloads.with_label_values(&[result]);
-        }
         for kind in ["timeout", "io", "server", "circuit_open"] {
             errors.with_label_values(&[kind]);
         }
@@ -170,6 +203,9 @@ impl Metrics {
                 errors,
                 up,
             },
+            downstream_connections,
+            downstream_rejected,
+            access_log_dropped,
         })
     }
 

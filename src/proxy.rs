@@ -9,13 +9,15 @@
 //! Each request works on the [`GatewayState`] that was current when it
 //! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
-use crate::access_log::AccessLogLine;
+use crate::access_log::{AccessLog, AccessLogLine};
+use crate::config::EscapedSlashes;
 use crate::config::{Algorithm, HeaderStyle, OnMissing, RouteAction};
-use crate::identity::User;
+use crate::identity::{HeaderValues, User};
 use crate::keys::{build_key, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::{DecisionLabel, Metrics};
 use crate::state::{CompiledRoute, GatewayState, SharedState};
+use crate::target::{canonical_host, canonical_target, TargetError};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{header, HeaderValue};
@@ -24,6 +26,7 @@ use pingora::prelude::{HttpPeer, Result};
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::{Error, ErrorType};
 use prometheus::Histogram;
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +35,7 @@ use std::time::{Duration, Instant};
 pub struct Gateway {
     state: SharedState,
     metrics: Arc<Metrics>,
+    access_log: AccessLog,
     unmatched_duration: Histogram,
 }
 
@@ -52,6 +56,13 @@ pub struct RequestCtx {
     client: Option<IpAddr>,
     /// The upstream server chosen.
     upstream_addr: Option<String>,
+    /// The canonical path: what routes, keys and the upstream see.
+    path: String,
+    /// The origin-form target to send upstream instead of the one received
+    /// (it was not canonical, or was in absolute-form).
+    upstream_target: Option<Vec<u8>>,
+    /// The Host to send upstream for an absolute-form request without one.
+    upstream_host: Option<Vec<u8>>,
 }
 
 /// The limiter's decision on a request, as the access log reports it.
@@ -71,16 +82,12 @@ struct HeldLeases {
     outcome: Outcome,
 }
 
-/// Why keys could not be built for a request.
-enum KeyError {
-    /// `identity.jwt.required` and no valid token.
-    Unauthorized,
-}
-
 impl Gateway {
-    /// A gateway serving whatever state `state` holds when each request starts.
-    pub fn new(state: SharedState, metrics: Arc<Metrics>) -> Self {
+    /// A gateway serving whatever state `state` holds when each request
+    /// starts, writing its access log through `access_log`.
+    pub fn new(state: SharedState, metrics: Arc<Metrics>, access_log: AccessLog) -> Self {
         Self {
+            access_log,
             unmatched_duration: metrics.request_duration.with_label_values(&["_unmatched"]),
             state,
             metrics,
@@ -95,32 +102,20 @@ impl Gateway {
         route: &CompiledRoute,
         session: &Session,
         client: IpAddr,
-    ) -> std::result::Result<Vec<(usize, String)>, KeyError> {
+        user: Option<&[u8]>,
+        path: &str,
+    ) -> Vec<(usize, String)> {
         let req = session.req_header();
         let ip_text = state.client_ip.key_text(client);
         let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
-        let user = state
-            .identity
-            .user(header, state.client_ip.is_trusted(peer_ip(session)));
-        let user = match user {
-            User::Known(user) => Some(user),
-            User::Invalid(_) | User::Absent if state.identity.required() => {
-                return Err(KeyError::Unauthorized)
-            }
-            User::Invalid(reason) => {
-                log::debug!("identity ignored: {reason}");
-                None
-            }
-            User::Absent => None,
-        };
         let parts = RequestParts {
             ip: &ip_text,
-            user: user.as_deref(),
+            user,
             method: req.method.as_str(),
-            path: req.uri.path().as_bytes(),
+            path: path.as_bytes(),
             header: &header,
         };
-        Ok(route
+        route
             .limits
             .iter()
             .enumerate()
@@ -142,7 +137,7 @@ impl Gateway {
                 )
                 .map(|key| (i, key))
             })
-            .collect())
+            .collect()
     }
 
     fn checks<'k>(route: &CompiledRoute, keys: &'k [(usize, String)]) -> Vec<LimitCheck<'k>> {
@@ -311,6 +306,119 @@ fn peer_ip(session: &Session) -> IpAddr {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
+/// Removes an `Upgrade` other than WebSocket (`h2c`, `TLS/1.0`, …) and the
+/// `Connection` tokens that go with it, so the request is an ordinary one:
+/// only WebSocket is tunnelled, whose handshake the limits have counted.
+fn drop_foreign_upgrade(req: &mut RequestHeader) {
+    let Some(upgrade) = req.headers.get(header::UPGRADE) else {
+        return;
+    };
+    let several = req.headers.get_all(header::UPGRADE).iter().count() > 1;
+    if !several && upgrade.as_bytes().eq_ignore_ascii_case(b"websocket") {
+        return;
+    }
+    req.remove_header(&header::UPGRADE);
+    req.remove_header("http2-settings");
+    let kept: Vec<String> = req
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| {
+            !t.is_empty()
+                && !t.eq_ignore_ascii_case("upgrade")
+                && !t.eq_ignore_ascii_case("http2-settings")
+        })
+        .map(str::to_string)
+        .collect();
+    req.remove_header(&header::CONNECTION);
+    if !kept.is_empty() {
+        let _ = req.insert_header(header::CONNECTION, kept.join(", "));
+    }
+}
+
+/// The values of header `name`, as the identity sees them.
+fn header_values<'a>(req: &'a RequestHeader, name: &str) -> HeaderValues<'a> {
+    let mut values = req.headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => HeaderValues::Absent,
+        (Some(one), None) => HeaderValues::One(one.as_bytes()),
+        (Some(_), Some(_)) => HeaderValues::Several,
+    }
+}
+
+/// The request's identity: `Err(())` when one is required and missing or
+/// invalid (answer 401).
+fn request_user<'a>(
+    state: &GatewayState,
+    session: &'a Session,
+) -> std::result::Result<Option<std::borrow::Cow<'a, [u8]>>, ()> {
+    let req = session.req_header();
+    let trusted = state.client_ip.is_trusted(peer_ip(session));
+    match state
+        .identity
+        .user(|name| header_values(req, name), trusted)
+    {
+        User::Known(user) => Ok(Some(user)),
+        User::Invalid(_) | User::Absent if state.identity.required() => Err(()),
+        User::Invalid(reason) => {
+            log::debug!("identity ignored: {reason}");
+            Ok(None)
+        }
+        User::Absent => Ok(None),
+    }
+}
+
+/// What the gateway works with instead of the target as received: the
+/// canonical path and host, and what to send upstream instead.
+struct CanonicalRequest {
+    path: String,
+    host: Option<String>,
+    upstream_target: Option<Vec<u8>>,
+    upstream_host: Option<Vec<u8>>,
+}
+
+/// Makes the request's target and host canonical, or says why it cannot be
+/// (answer 400).
+fn canonical_request(
+    req: &RequestHeader,
+    slashes: EscapedSlashes,
+) -> std::result::Result<CanonicalRequest, TargetError> {
+    let target = canonical_target(req.raw_path(), slashes)?;
+    let mut hosts = req.headers.get_all(header::HOST).iter();
+    let host_header = match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => return Err(TargetError::HostMismatch),
+        (Some(value), None) => Some(canonical_host(value.as_bytes())?),
+        (None, None) => None,
+    };
+    let authority = match target.authority {
+        Some(authority) => Some(canonical_host(authority)?.ok_or(TargetError::Host)?),
+        None => None,
+    };
+    let host = match (host_header, authority) {
+        (Some(header), Some(authority)) if header.as_ref() != Some(&authority) => {
+            return Err(TargetError::HostMismatch)
+        }
+        (None, None) if req.version == http::Version::HTTP_11 => {
+            return Err(TargetError::HostMismatch)
+        }
+        (_, Some(authority)) => Some(authority),
+        (header, None) => header.flatten(),
+    };
+    let rewrite = target.authority.is_some() || matches!(target.path, Cow::Owned(_));
+    Ok(CanonicalRequest {
+        upstream_target: rewrite.then(|| target.origin_form()),
+        upstream_host: match (target.authority, req.headers.contains_key(header::HOST)) {
+            (Some(authority), false) => Some(authority.to_vec()),
+            _ => None,
+        },
+        path: target.path.into_owned(),
+        host: host.map(Cow::into_owned),
+    })
+}
+
 /// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).
 fn client_ip(state: &GatewayState, session: &Session) -> IpAddr {
     let forwarded = session.req_header().headers.get_all("x-forwarded-for");
@@ -368,20 +476,37 @@ impl ProxyHttp for Gateway {
             verdict: None,
             client: None,
             upstream_addr: None,
+            path: String::new(),
+            upstream_target: None,
+            upstream_host: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let state = Arc::clone(&ctx.state);
-        let found = {
-            let req = session.req_header();
-            let host = req
-                .headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .or_else(|| req.uri.host());
-            state.routes.find(req.method.as_str(), host, req.uri.path())
+        drop_foreign_upgrade(session.req_header_mut());
+        let canonical = canonical_request(
+            session.req_header(),
+            state.config.server.front_door.escaped_slashes,
+        );
+        let canonical = match canonical {
+            Ok(canonical) => canonical,
+            Err(e) => {
+                log::debug!("bad request target: {e}");
+                ctx.path = String::from_utf8_lossy(session.req_header().raw_path()).into_owned();
+                let body = Bytes::from_static(br#"{"error":"bad_request"}"#);
+                respond(session, 400, JSON, &[], body).await?;
+                return Ok(true);
+            }
         };
+        let found = state.routes.find(
+            session.req_header().method.as_str(),
+            canonical.host.as_deref(),
+            &canonical.path,
+        );
+        ctx.path = canonical.path;
+        ctx.upstream_target = canonical.upstream_target;
+        ctx.upstream_host = canonical.upstream_host;
         let Some(index) = found else {
             respond(
                 session,
@@ -396,26 +521,30 @@ impl ProxyHttp for Gateway {
         ctx.route = Some(index);
         let route = &state.compiled[index];
 
+        // Identity is checked on every route when it is required, with or
+        // without limits: `required` guards the upstream, not only the keys.
+        let user = match request_user(&state, session) {
+            Ok(user) => user.map(Cow::into_owned),
+            Err(()) => {
+                respond(
+                    session,
+                    401,
+                    JSON,
+                    &[(
+                        "www-authenticate",
+                        HeaderValue::from_static(r#"Bearer error="invalid_token""#),
+                    )],
+                    Bytes::from_static(br#"{"error":"unauthorized"}"#),
+                )
+                .await?;
+                return Ok(true);
+            }
+        };
+
         if !route.limits.is_empty() {
             let client = client_ip(&state, session);
             ctx.client = Some(client);
-            let keys = match Self::limit_keys(&state, route, session, client) {
-                Ok(keys) => keys,
-                Err(KeyError::Unauthorized) => {
-                    respond(
-                        session,
-                        401,
-                        JSON,
-                        &[(
-                            "www-authenticate",
-                            HeaderValue::from_static(r#"Bearer error="invalid_token""#),
-                        )],
-                        Bytes::from_static(br#"{"error":"unauthorized"}"#),
-                    )
-                    .await?;
-                    return Ok(true);
-                }
-            };
+            let keys = Self::limit_keys(&state, route, session, client, user.as_deref(), &ctx.path);
             if !keys.is_empty() {
                 let checks = Self::checks(route, &keys);
                 let outcome = state.decider.decide(&checks).await;
@@ -531,8 +660,22 @@ impl ProxyHttp for Gateway {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
+        // The upstream sees the target the gateway routed and keyed on.
+        if let Some(target) = ctx.upstream_target.take() {
+            upstream_request.set_raw_path(&target)?;
+        }
+        if let Some(host) = ctx.upstream_host.take() {
+            upstream_request.insert_header(header::HOST, host)?;
+        }
+        // An identity header is the word of a trusted proxy only: the
+        // upstream must not take a client's own for it.
+        if let Some(name) = ctx.state.identity.trusted_header() {
+            if !ctx.state.client_ip.is_trusted(peer_ip(session)) {
+                upstream_request.remove_header(name);
+            }
+        }
         // Append the socket peer to X-Forwarded-For, as Envoy and most proxies do.
         if let Some(peer) = session
             .client_addr()
@@ -603,11 +746,13 @@ impl ProxyHttp for Gateway {
             };
             let req = session.req_header();
             let verdict = ctx.verdict;
-            AccessLogLine {
+            let (path, truncated) = AccessLogLine::capped(&ctx.path);
+            let line = AccessLogLine {
                 time: AccessLogLine::now(),
                 route: route_name,
                 method: req.method.as_str(),
-                path: req.uri.path(),
+                path,
+                truncated,
                 status,
                 upstream,
                 upstream_addr: ctx.upstream_addr.as_deref(),
@@ -619,8 +764,8 @@ impl ProxyHttp for Gateway {
                     .map(|(i, r)| r.limits[i].config.name.as_str()),
                 source: verdict.map(|v| v.source.label()),
                 client: ctx.client.unwrap_or_else(|| client_ip(state, session)),
-            }
-            .write();
+            };
+            self.access_log.write(&line);
         }
     }
 }

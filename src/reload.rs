@@ -88,11 +88,14 @@ impl Reloader {
                     source,
                 }
             })?;
-        // Of the server settings only `access_log` is reloadable; the others
+        // Of the server settings only `access_log` and the front-door limits
+        // are reloadable (new connections take the new limits); the others
         // keep their running values (reported in `changes.needs_restart`).
         let access_log = next.config.server.access_log;
+        let front_door = next.config.server.front_door;
         next.config.server = current.config.server.clone();
         next.config.server.access_log = access_log;
+        next.config.server.front_door = front_door;
         self.state.store(Arc::new(next));
         Ok(changes)
     }

@@ -47,6 +47,10 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             if new.server.access_log { "on" } else { "off" }
         ));
     }
+    if old.server.front_door != new.server.front_door {
+        d.applied
+            .push("server connection limits modified (new connections use them)".into());
+    }
     upstreams(old, new, &mut d);
     routes(old, new, &mut d);
     d

@@ -41,8 +41,24 @@ pub struct ServerFile {
     pub pid_file: Option<String>,
     pub upgrade_sock: Option<String>,
     pub access_log: Option<AccessLogFile>,
+    pub escaped_slashes: Option<EscapedSlashesFile>,
+    pub client_header_timeout: Option<String>,
+    pub keepalive_timeout: Option<String>,
+    pub client_body_timeout: Option<String>,
+    pub send_timeout: Option<String>,
+    pub max_header_bytes: Option<usize>,
+    pub max_uri_bytes: Option<usize>,
+    pub max_connections: Option<usize>,
     /// Not supported yet.
     pub tls: Option<Value>,
+}
+
+/// `server.escaped_slashes`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashesFile {
+    Reject,
+    Keep,
 }
 
 /// `server.access_log`.

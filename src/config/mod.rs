@@ -14,6 +14,7 @@ mod jwt;
 pub mod position;
 mod validate;
 
+pub use crate::target::EscapedSlashes;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,47 @@ pub struct ServerConfig {
     pub upgrade_sock: String,
     /// Write one JSON line per request to stderr.
     pub access_log: bool,
+    /// Limits on what one client connection may hold (reloadable).
+    pub front_door: FrontDoorConfig,
+}
+
+/// How much of the gateway one client connection may hold, and how the
+/// request target is made canonical. Every value applies to connections
+/// accepted after a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrontDoorConfig {
+    /// `%2F` / `%5C` in paths: refused (400) or kept encoded.
+    pub escaped_slashes: EscapedSlashes,
+    /// The whole request head must arrive within this time of its first byte.
+    pub client_header_timeout: Duration,
+    /// An idle keep-alive connection is closed after this long.
+    pub keepalive_timeout: Duration,
+    /// The longest wait between two reads of a request body.
+    pub client_body_timeout: Duration,
+    /// The longest a write to a client that stopped reading may wait.
+    pub send_timeout: Duration,
+    /// The largest request head (request line and headers), in bytes: 431 beyond.
+    pub max_header_bytes: usize,
+    /// The longest request target, in bytes: 414 beyond.
+    pub max_uri_bytes: usize,
+    /// Client connections open at once, per instance; more are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for FrontDoorConfig {
+    /// nginx's defaults where nginx has one.
+    fn default() -> Self {
+        Self {
+            escaped_slashes: EscapedSlashes::Reject,
+            client_header_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            client_body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_header_bytes: 32 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_connections: 10_000,
+        }
+    }
 }
 
 /// How the client address is found.

@@ -196,6 +196,92 @@ fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         pid_file,
         upgrade_sock,
         access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),
+        front_door: front_door(c, s),
+    }
+}
+
+fn front_door(c: &mut Checker, s: &ServerFile) -> FrontDoorConfig {
+    let d = FrontDoorConfig::default();
+    let timeout = |c: &mut Checker, name: &str, text: &Option<String>, default: Duration| {
+        let path = format!("server.{name}");
+        let value = c.duration(&path, text.as_deref(), default);
+        if value.is_zero() {
+            c.problem(&path, format!("`{name}` must be longer than 0"));
+        }
+        value
+    };
+    let client_header_timeout = timeout(
+        c,
+        "client_header_timeout",
+        &s.client_header_timeout,
+        d.client_header_timeout,
+    );
+    let keepalive_timeout = timeout(
+        c,
+        "keepalive_timeout",
+        &s.keepalive_timeout,
+        d.keepalive_timeout,
+    );
+    let client_body_timeout = timeout(
+        c,
+        "client_body_timeout",
+        &s.client_body_timeout,
+        d.client_body_timeout,
+    );
+    let send_timeout = timeout(c, "send_timeout", &s.send_timeout, d.send_timeout);
+    let bounded = |c: &mut Checker,
+                   name: &str,
+                   value: Option<usize>,
+                   default: usize,
+                   range: (usize, usize)| {
+        let value = value.unwrap_or(default);
+        if value < range.0 || value > range.1 {
+            c.problem(
+                &format!("server.{name}"),
+                format!("`{name}` must be between {} and {}", range.0, range.1),
+            );
+        }
+        value
+    };
+    let max_header_bytes = bounded(
+        c,
+        "max_header_bytes",
+        s.max_header_bytes,
+        d.max_header_bytes,
+        (1024, 1 << 20),
+    );
+    let max_uri_bytes = bounded(
+        c,
+        "max_uri_bytes",
+        s.max_uri_bytes,
+        d.max_uri_bytes,
+        (64, 1 << 20),
+    );
+    let max_connections = bounded(
+        c,
+        "max_connections",
+        s.max_connections,
+        d.max_connections,
+        (1, 1_000_000),
+    );
+    if max_uri_bytes > max_header_bytes {
+        c.problem(
+            "server.max_uri_bytes",
+            "`max_uri_bytes` cannot exceed `max_header_bytes` (the target is part of the head)",
+        );
+    }
+    FrontDoorConfig {
+        escaped_slashes: match s.escaped_slashes {
+            Some(EscapedSlashesFile::Keep) => EscapedSlashes::Keep,
+            Some(EscapedSlashesFile::Reject) | None => EscapedSlashes::Reject,
+        },
+        client_header_timeout,
+        keepalive_timeout,
+        client_body_timeout,
+        send_timeout,
+        max_header_bytes,
+        max_uri_bytes,
+        max_connections,
     }
 }
 
@@ -525,7 +611,19 @@ fn route(c: &mut Checker, path: &str, f: &RouteFile, upstreams: &[UpstreamConfig
             "`methods: []` matches nothing; omit it to match any method",
         );
     }
-    let host = m.host.as_ref().map(|h| h.to_ascii_lowercase());
+    let host = m
+        .host
+        .as_ref()
+        .map(|h| match crate::target::canonical_host(h.as_bytes()) {
+            Ok(Some(canonical)) => canonical.into_owned(),
+            Ok(None) | Err(_) => {
+                c.problem(
+                    &format!("{path}.match.host"),
+                    format!("`{h}` is not a host name or address"),
+                );
+                h.to_ascii_lowercase()
+            }
+        });
     let action = match (&f.upstream, &f.respond) {
         (Some(_), Some(_)) => {
             c.problem(path, "a route has either `upstream` or `respond`, not both");
@@ -604,6 +702,17 @@ fn route(c: &mut Checker, path: &str, f: &RouteFile, upstreams: &[UpstreamConfig
 fn checked_path(c: &mut Checker, path: &str, value: &str) -> String {
     if !value.starts_with('/') {
         c.problem(path, format!("`{value}` must start with `/`"));
+        return value.to_string();
+    }
+    // Requests are matched on their canonical path: a pattern in any other
+    // spelling would never match (or match less than it says).
+    match crate::target::canonical_path(value.as_bytes(), crate::target::EscapedSlashes::Keep) {
+        Ok(canonical) if canonical == value => {}
+        Ok(canonical) => c.problem(
+            path,
+            format!("`{value}` is not a canonical path (requests are matched as `{canonical}`): write `{canonical}`"),
+        ),
+        Err(e) => c.problem(path, format!("`{value}` is not a valid path: {e}")),
     }
     value.to_string()
 }
