@@ -11,6 +11,7 @@ pub mod access_log;
 pub mod admin;
 pub mod config;
 pub mod drain;
+pub mod front_door;
 pub mod health;
 pub mod identity;
 pub mod keys;

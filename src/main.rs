@@ -10,6 +10,7 @@ use sluice::access_log::{AccessLog, QUEUE_LINES};
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
 use sluice::drain::{settle_time, Draining};
+use sluice::front_door::FrontDoor;
 use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
 use sluice::proxy::Gateway;
@@ -120,7 +121,11 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     );
     let mut proxy = Service::new(
         "sluice proxy".to_string(),
-        Draining::new(proxy_app, settle_time(grace_period)),
+        FrontDoor::new(
+            Draining::new(proxy_app, settle_time(grace_period)),
+            Arc::clone(&state),
+            Arc::clone(&metrics),
+        ),
     );
     for addr in &listen {
         proxy.add_tcp(addr);

@@ -12,6 +12,7 @@
 use crate::access_log::{AccessLog, AccessLogLine};
 use crate::config::EscapedSlashes;
 use crate::config::{Algorithm, HeaderStyle, OnMissing, RouteAction};
+use crate::front_door::GuardedStream;
 use crate::identity::{HeaderValues, User};
 use crate::keys::{build_key, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
@@ -484,6 +485,8 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let state = Arc::clone(&ctx.state);
+        // Between two reads of the body (the head is the front door's).
+        session.set_read_timeout(Some(state.config.server.front_door.client_body_timeout));
         drop_foreign_upgrade(session.req_header_mut());
         let canonical = canonical_request(
             session.req_header(),
@@ -710,9 +713,20 @@ impl ProxyHttp for Gateway {
     async fn logging(
         &self,
         session: &mut Session,
-        _e: Option<&pingora::Error>,
+        error: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
+        if error.is_some_and(|e| {
+            e.etype == ErrorType::ReadTimedout && e.esource == pingora::ErrorSource::Downstream
+        }) {
+            self.metrics
+                .downstream_rejected
+                .with_label_values(&["body_timeout"])
+                .inc();
+        }
+        if let Some(stream) = session.stream().and_then(GuardedStream::of) {
+            stream.request_done();
+        }
         let leases = ctx.leases.take();
         let state = &ctx.state;
         let route = ctx.route.map(|i| &state.compiled[i]);

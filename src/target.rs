@@ -545,7 +545,7 @@ mod tests {
             for segment in segments {
                 out.push('/');
                 match choice.next().copied().unwrap_or(0) % 5 {
-                    1 => out.push_str("/"),
+                    1 => out.push('/'),
                     2 => out.push_str("./"),
                     3 => out.push_str("zz/../"),
                     _ => {}
