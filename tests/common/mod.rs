@@ -158,6 +158,7 @@ pub struct Upstream {
     hits: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
     last_headers: Arc<Mutex<Vec<(String, String)>>>,
+    targets: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -169,11 +170,13 @@ impl Upstream {
         let hits = Arc::new(AtomicUsize::new(0));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let last_headers = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, f, l, s) = (
+        let (h, f, l, t, s) = (
             hits.clone(),
             in_flight.clone(),
             last_headers.clone(),
+            targets.clone(),
             stop.clone(),
         );
         thread::spawn(move || {
@@ -182,8 +185,8 @@ impl Upstream {
                     break;
                 }
                 let Ok(stream) = stream else { continue };
-                let (h, f, l) = (h.clone(), f.clone(), l.clone());
-                thread::spawn(move || serve_upstream_connection(stream, &h, &f, &l));
+                let (h, f, l, t) = (h.clone(), f.clone(), l.clone(), t.clone());
+                thread::spawn(move || serve_upstream_connection(stream, &h, &f, &l, &t));
             }
         });
         Self {
@@ -191,8 +194,14 @@ impl Upstream {
             hits,
             in_flight,
             last_headers,
+            targets,
             stop,
         }
+    }
+
+    /// The request targets it received, in order, as sent on the wire.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets.lock().unwrap().clone()
     }
 
     /// Requests served so far.
@@ -227,6 +236,7 @@ fn serve_upstream_connection(
     hits: &AtomicUsize,
     in_flight: &AtomicUsize,
     last: &Mutex<Vec<(String, String)>>,
+    targets: &Mutex<Vec<String>>,
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let mut writer = match stream.try_clone() {
@@ -264,6 +274,9 @@ fn serve_upstream_connection(
             return;
         }
         *last.lock().unwrap() = headers;
+        if let Some(target) = request_line.split_whitespace().nth(1) {
+            targets.lock().unwrap().push(target.to_string());
+        }
         let delay = request_line
             .split_whitespace()
             .nth(1)
