@@ -1,0 +1,243 @@
+//! What a hostile or broken client can hold of the gateway: idle keep-alive
+//! connections, trickled heads, oversized heads and targets, stalled bodies,
+//! too many connections. Short configured values; real binary and upstream.
+//! Also WebSocket, the one upgrade that passes, counted once per connection.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// sluice with `limits` added to `server:`, one upstream, no limits.
+fn start(upstream: &Upstream, limits: &str) -> Sluice {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = format!(
+        "{}{limits}limiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: all\n    upstream: api\n",
+        server_section(addr, admin),
+        upstream.addr
+    );
+    Sluice::start_with(&config, addr, admin, &[])
+}
+
+/// Reads until EOF, reset or `limit`; returns what was read and when it ended.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
+    let start = Instant::now();
+    stream.set_read_timeout(Some(limit)).expect("timeout");
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return (bytes, start.elapsed()),
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn rejected(sluice: &Sluice, reason: &str) -> u64 {
+    metric_value(
+        &sluice.metrics(),
+        &format!("sluice_downstream_rejected_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed() {
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, "  keepalive_timeout: 1s\n");
+    let mut stream = TcpStream::connect(sluice.addr).expect("connect");
+    stream
+        .write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut response = [0u8; 512];
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let n = stream.read(&mut response).expect("response");
+    assert!(response[..n].starts_with(b"HTTP/1.1 200"));
+    // The connection stays open for another request...
+    let (rest, idle) = read_until_closed(&mut stream, Duration::from_secs(20));
+    // ...until it has been idle for keepalive_timeout.
+    assert!(
+        rest.is_empty() || rest.ends_with(b"upstream ok"),
+        "{rest:?}"
+    );
+    assert!(idle >= Duration::from_millis(800), "closed after {idle:?}");
+    assert!(idle < Duration::from_secs(8), "closed after {idle:?}");
+}
+
+#[test]
+fn a_trickled_head_is_cut_off_while_others_are_served() {
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, "  client_header_timeout: 1s\n");
+    let mut slow = TcpStream::connect(sluice.addr).expect("connect");
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n")
+        .expect("write");
+    let mut writer = slow.try_clone().expect("clone");
+    let trickle = thread::spawn(move || {
+        for _ in 0..40 {
+            thread::sleep(Duration::from_millis(250));
+            if writer.write_all(b"X-Trickle: 1\r\n").is_err() {
+                return;
+            }
+        }
+    });
+    // A normal request is answered meanwhile.
+    let normal = sluice.get("/normal", &[]);
+    assert_eq!(normal.status, 200);
+    assert!(
+        normal.elapsed < Duration::from_secs(1),
+        "{:?}",
+        normal.elapsed
+    );
+
+    let (_, closed_after) = read_until_closed(&mut slow, Duration::from_secs(20));
+    assert!(
+        closed_after < Duration::from_secs(5),
+        "a trickled head was held for {closed_after:?} (client_header_timeout: 1s)"
+    );
+    trickle.join().expect("trickle");
+    assert!(rejected(&sluice, "header_timeout") >= 1);
+    assert_eq!(
+        upstream.hits(),
+        1,
+        "the trickled request never reached the upstream"
+    );
+}
+
+#[test]
+fn oversized_heads_get_431_and_long_targets_414() {
+    let upstream = Upstream::start();
+    let sluice = start(
+        &upstream,
+        "  max_header_bytes: 4096\n  max_uri_bytes: 1024\n",
+    );
+    let mut head = b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".to_vec();
+    for i in 0..200 {
+        head.extend_from_slice(format!("X-Pad-{i}: 0123456789abcdef\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    let response = raw_request(sluice.addr, &head);
+    assert_eq!(response.status, 431, "{}", response.body);
+
+    let long = format!("/{}", "a".repeat(6000));
+    let response = sluice.get(&long, &[]);
+    assert_eq!(response.status, 414, "{}", response.body);
+
+    // Just under both limits is fine.
+    let fits = format!("/{}", "a".repeat(900));
+    assert_eq!(sluice.get(&fits, &[]).status, 200);
+    assert_eq!(upstream.hits(), 1);
+    assert_eq!(rejected(&sluice, "header_too_large"), 1);
+    assert_eq!(rejected(&sluice, "uri_too_long"), 1);
+}
+
+#[test]
+fn a_stalled_body_is_cut_off() {
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, "  client_body_timeout: 1s\n");
+    let mut stream = TcpStream::connect(sluice.addr).expect("connect");
+    stream
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+        .expect("write");
+    let (_, closed_after) = read_until_closed(&mut stream, Duration::from_secs(30));
+    assert!(
+        closed_after < Duration::from_secs(6),
+        "a stalled body was held for {closed_after:?} (client_body_timeout: 1s)"
+    );
+}
+
+#[test]
+fn connections_beyond_the_cap_are_closed_at_once() {
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, "  max_connections: 3\n");
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(sluice.addr).expect("connect"))
+        .collect();
+    wait_until(Duration::from_secs(10), "3 connections counted", || {
+        metric_value(&sluice.metrics(), "sluice_downstream_connections") == 3
+    });
+    let mut extra = TcpStream::connect(sluice.addr).expect("connect");
+    let _ = extra.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (bytes, closed_after) = read_until_closed(&mut extra, Duration::from_secs(10));
+    assert!(bytes.is_empty(), "{}", String::from_utf8_lossy(&bytes));
+    assert!(closed_after < Duration::from_secs(2), "{closed_after:?}");
+    assert!(rejected(&sluice, "max_connections") >= 1);
+
+    drop(held);
+    wait_until(Duration::from_secs(10), "a free slot", || {
+        try_get(sluice.addr, "/again", &[]).is_ok_and(|r| r.status == 200)
+    });
+}
+
+/// An upstream WebSocket server that echoes every message.
+fn websocket_echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            thread::spawn(move || {
+                let Ok(mut socket) = tungstenite::accept(stream) else {
+                    return;
+                };
+                while let Ok(message) = socket.read() {
+                    if message.is_close() || socket.send(message).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn websocket_passes_and_its_limit_counts_connections() {
+    let ws = websocket_echo_server();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = format!(
+        r#"{}limiter:
+  backend: local
+upstreams:
+  chat: {{ servers: ["{ws}"] }}
+routes:
+  - name: chat
+    match: {{ path_prefix: /ws/ }}
+    upstream: chat
+    limits:
+      - {{ name: per-ip, key: [ip], limit: 1, window: 1m }}
+"#,
+        server_section(addr, admin)
+    );
+    let sluice = Sluice::start_with(&config, addr, admin, &[]);
+
+    let stream = TcpStream::connect(sluice.addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let (mut socket, response) =
+        tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream).expect("handshake");
+    assert_eq!(response.status(), 101);
+    for i in 0..5 {
+        let text = format!("message {i}");
+        socket
+            .send(tungstenite::Message::text(text.clone()))
+            .expect("send");
+        let echo = socket.read().expect("echo");
+        assert_eq!(echo.into_text().expect("text").as_str(), text);
+    }
+    // Five messages, one connection: the limit counted the handshake once.
+    let second = TcpStream::connect(sluice.addr).expect("connect");
+    match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), second) {
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            assert_eq!(response.status(), 429)
+        }
+        Err(e) => panic!("a second connection failed otherwise: {e}"),
+        Ok((_, response)) => panic!("a second connection got {}", response.status()),
+    }
+    let _ = socket.close(None);
+}
