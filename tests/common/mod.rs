@@ -866,7 +866,7 @@ pub fn installed(tool: &str, package: &str) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
+        .is_ok(); // spawned: on PATH (some tools have no --version)
     assert!(
         found,
         "`{tool}` is not installed: apt-get install {package} (.ci/run does)"
