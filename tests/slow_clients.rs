@@ -52,8 +52,8 @@ fn summary(output: &str) -> String {
     let last = |field: &str| {
         plain
             .lines()
-            .filter_map(|l| l.trim().strip_prefix(field))
-            .last()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix(field))
             .map(str::trim)
             .unwrap_or("?")
             .to_string()
