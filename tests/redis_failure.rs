@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The decision budget these tests configure, and the slack allowed on top of
 /// it for a whole HTTP exchange on a loaded 2-core machine. What this catches is
@@ -105,12 +105,12 @@ fn redis_never_started_local_limits_in_process() {
     assert_eq!(send(&sluice, 5), [200, 200, 200, 429, 429]);
     assert_eq!(upstream.hits(), 3);
     assert_eq!(sluice.decisions("login", "per-user", "allow", "local"), 3);
-    // The first denial is the in-process limiter's; it is remembered until its
-    // retry time, so the second is answered by the deny cache.
-    assert_eq!(sluice.decisions("login", "per-user", "deny", "local"), 1);
+    // Both denials are the in-process fallback's: a fallback's denial is never
+    // remembered by the deny cache, so it cannot outlive the Redis failure.
+    assert_eq!(sluice.decisions("login", "per-user", "deny", "local"), 2);
     assert_eq!(
         sluice.decisions("login", "per-user", "deny", "deny_cache"),
-        1
+        0
     );
 }
 
@@ -170,9 +170,22 @@ fn paused_redis_costs_at_most_the_budget() {
         .arg("ALL")
         .query(&mut redis.connection())
         .unwrap();
-    let statuses = send(&sluice, 4);
-    assert_eq!(statuses, [200; 4]);
-    assert!(sluice.decisions("login", "per-user", "allow", "fail_open") >= 4);
+    // Timeouts say Redis is slow, not down: they open the circuit only once
+    // they have lasted a second. Until then each decision costs the budget
+    // (100 ms); after it, decisions do not call Redis at all.
+    let paused = Instant::now();
+    let mut sent = 0;
+    while paused.elapsed() < Duration::from_millis(2200) {
+        let response = sluice.get("/login", &[("X-User", "alice")]);
+        assert_eq!(response.status, 200, "fail open: {}", response.body);
+        assert!(
+            response.elapsed < Duration::from_millis(600),
+            "{:?}",
+            response.elapsed
+        );
+        sent += 1;
+    }
+    assert!(sluice.decisions("login", "per-user", "allow", "fail_open") >= sent);
     assert!(
         metric_value(
             &sluice.metrics(),
@@ -184,7 +197,7 @@ fn paused_redis_costs_at_most_the_budget() {
             &sluice.metrics(),
             "sluice_redis_errors_total{kind=\"circuit_open\"} "
         ) >= 1,
-        "three timeouts open the circuit; the fourth decision must not wait"
+        "a second of timeouts opens the circuit"
     );
 
     // Once the pause ends, decisions come from Redis again by themselves.

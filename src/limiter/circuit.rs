@@ -7,6 +7,16 @@
 //! the back-off), its failure opens it again for twice as long. A probe that
 //! never reports (its request was cancelled) is replaced after `probe_timeout`.
 //!
+//! Failures are counted per wave, not per decision: a failure of a call that
+//! started before the last counted failure is part of that failure (one
+//! stalled round trip or one dropped connection fails every decision in
+//! flight at once, and must count once). A timeout says Redis is slow, not
+//! down: timeouts open the circuit only once they have lasted
+//! [`SLOW_STREAK_TO_OPEN`], so a stall of a few hundred milliseconds costs
+//! the decisions made during it and no more, and decisions return to Redis
+//! as soon as it answers. Refused connections, I/O errors and
+//! `LOADING`-style replies open it after 3 waves as before.
+//!
 //! Only failures that say Redis itself is unhealthy count (timeouts, I/O,
 //! LOADING, BUSY, OOM, READONLY, CLUSTERDOWN …); an error confined to one key
 //! (WRONGTYPE) does not. A probe refused at connect (nothing listens: Redis is
@@ -20,6 +30,19 @@ use std::time::{Duration, Instant};
 
 /// Consecutive failures that open the circuit.
 pub const FAILURES_TO_OPEN: u32 = 3;
+/// How long timeouts alone must go on before they open the circuit.
+pub const SLOW_STREAK_TO_OPEN: Duration = Duration::from_secs(1);
+
+/// How a call failed, as far as the circuit is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing accepts connections (Redis down or restarting).
+    Refused,
+    /// The connection broke, or Redis answered that it cannot serve.
+    Down,
+    /// No answer within the budget.
+    Slow,
+}
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -36,9 +59,20 @@ pub enum Permit {
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    Closed { failures: u32 },
-    Open { until: Instant, backoff: Duration },
-    Probing { since: Instant, backoff: Duration },
+    /// `failures` waves so far, the first at `first`, the last at `last`.
+    Closed {
+        failures: u32,
+        first: Option<Instant>,
+        last: Option<Instant>,
+    },
+    Open {
+        until: Instant,
+        backoff: Duration,
+    },
+    Probing {
+        since: Instant,
+        backoff: Duration,
+    },
 }
 
 /// A thread-safe circuit breaker. The lock is never held across an await.
@@ -64,7 +98,7 @@ impl CircuitBreaker {
     /// is presumed lost.
     pub fn new(probe_timeout: Duration) -> Self {
         Self {
-            phase: Mutex::new(Phase::Closed { failures: 0 }),
+            phase: Mutex::new(CLOSED),
             probe_timeout,
         }
     }
@@ -101,7 +135,7 @@ impl CircuitBreaker {
     pub fn on_success(&self) -> Transition {
         let mut phase = self.lock();
         let was_closed = matches!(*phase, Phase::Closed { .. });
-        *phase = Phase::Closed { failures: 0 };
+        *phase = CLOSED;
         if was_closed {
             Transition::None
         } else {
@@ -109,27 +143,40 @@ impl CircuitBreaker {
         }
     }
 
-    /// Records a call that failed because Redis is unhealthy. `refused`:
-    /// the connection was refused, which costs Redis nothing to retry.
-    pub fn on_failure(&self, now: Instant, refused: bool) -> Transition {
+    /// Records a call, started at `started`, that failed at `now` because
+    /// Redis is unhealthy in the way `failure` says.
+    pub fn on_failure(&self, now: Instant, started: Instant, failure: Failure) -> Transition {
         let mut phase = self.lock();
         match *phase {
-            Phase::Closed { failures } if failures + 1 >= FAILURES_TO_OPEN => {
-                let wait = jittered(FIRST_BACKOFF);
-                *phase = Phase::Open {
-                    until: now + wait,
-                    backoff: FIRST_BACKOFF,
-                };
-                Transition::Opened(wait)
-            }
-            Phase::Closed { failures } => {
+            // Part of the wave already counted.
+            Phase::Closed {
+                last: Some(last), ..
+            } if started <= last => Transition::None,
+            Phase::Closed {
+                failures, first, ..
+            } => {
+                let failures = failures + 1;
+                let first = first.unwrap_or(now);
+                let lasted = now.saturating_duration_since(first);
+                if failures >= FAILURES_TO_OPEN
+                    && (failure != Failure::Slow || lasted >= SLOW_STREAK_TO_OPEN)
+                {
+                    let wait = jittered(FIRST_BACKOFF);
+                    *phase = Phase::Open {
+                        until: now + wait,
+                        backoff: FIRST_BACKOFF,
+                    };
+                    return Transition::Opened(wait);
+                }
                 *phase = Phase::Closed {
-                    failures: failures + 1,
+                    failures,
+                    first: Some(first),
+                    last: Some(now),
                 };
                 Transition::None
             }
             Phase::Probing { backoff, .. } => {
-                let backoff = if refused {
+                let backoff = if failure == Failure::Refused {
                     FIRST_BACKOFF
                 } else {
                     (backoff * 2).min(MAX_BACKOFF)
@@ -152,6 +199,12 @@ impl CircuitBreaker {
     }
 }
 
+const CLOSED: Phase = Phase::Closed {
+    failures: 0,
+    first: None,
+    last: None,
+};
+
 /// `d` ± 20 %, so that many instances do not probe a recovering Redis in step.
 fn jittered(d: Duration) -> Duration {
     use std::collections::hash_map::RandomState;
@@ -168,14 +221,23 @@ mod tests {
 
     const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
+    /// A failure of a call that started after every earlier failure.
+    fn fail(cb: &CircuitBreaker, at: Instant, failure: Failure) -> Transition {
+        cb.on_failure(at, at, failure)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn opens_after_three_failures_and_rejects() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
-        assert_eq!(cb.on_failure(t0, false), Transition::None);
-        assert_eq!(cb.on_failure(t0, false), Transition::None);
+        assert_eq!(fail(&cb, t0, Failure::Down), Transition::None);
+        assert_eq!(fail(&cb, t0 + ms(1), Failure::Down), Transition::None);
         assert_eq!(cb.permit(t0), Permit::Call);
-        let Transition::Opened(wait) = cb.on_failure(t0, false) else {
+        let Transition::Opened(wait) = fail(&cb, t0 + ms(2), Failure::Down) else {
             panic!("should open")
         };
         assert!(
@@ -190,11 +252,11 @@ mod tests {
     fn a_success_resets_the_failure_count() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
-        cb.on_failure(t0, false);
-        cb.on_failure(t0, false);
+        fail(&cb, t0, Failure::Down);
+        fail(&cb, t0 + ms(1), Failure::Down);
         assert_eq!(cb.on_success(), Transition::None);
-        cb.on_failure(t0, false);
-        cb.on_failure(t0, false);
+        fail(&cb, t0 + ms(2), Failure::Down);
+        fail(&cb, t0 + ms(3), Failure::Down);
         assert!(!cb.is_open());
     }
 
@@ -202,13 +264,13 @@ mod tests {
     fn one_probe_closes_or_doubles_the_backoff() {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let t0 = Instant::now();
-        for _ in 0..3 {
-            cb.on_failure(t0, false);
+        for i in 0..3 {
+            fail(&cb, t0 + ms(i), Failure::Down);
         }
         let t1 = t0 + Duration::from_millis(1300);
         assert_eq!(cb.permit(t1), Permit::Probe);
         assert_eq!(cb.permit(t1), Permit::Reject, "only one probe at a time");
-        let Transition::Opened(wait) = cb.on_failure(t1, false) else {
+        let Transition::Opened(wait) = fail(&cb, t1, Failure::Down) else {
             panic!("failed probe re-opens")
         };
         assert!(
@@ -226,12 +288,13 @@ mod tests {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let mut now = Instant::now();
         for _ in 0..3 {
-            cb.on_failure(now, true);
+            now += ms(1);
+            fail(&cb, now, Failure::Refused);
         }
         for _ in 0..5 {
             now += Duration::from_millis(1300);
             assert_eq!(cb.permit(now), Permit::Probe);
-            let Transition::Opened(wait) = cb.on_failure(now, true) else {
+            let Transition::Opened(wait) = fail(&cb, now, Failure::Refused) else {
                 panic!()
             };
             assert!(wait <= Duration::from_millis(1200), "{wait:?}");
@@ -243,13 +306,14 @@ mod tests {
         let cb = CircuitBreaker::new(PROBE_TIMEOUT);
         let mut now = Instant::now();
         for _ in 0..3 {
-            cb.on_failure(now, false);
+            now += ms(1);
+            fail(&cb, now, Failure::Down);
         }
         let mut last = Duration::ZERO;
         for _ in 0..10 {
             now += Duration::from_secs(40);
             assert_eq!(cb.permit(now), Permit::Probe);
-            if let Transition::Opened(wait) = cb.on_failure(now, false) {
+            if let Transition::Opened(wait) = fail(&cb, now, Failure::Down) {
                 last = wait;
             }
         }
@@ -259,5 +323,42 @@ mod tests {
         // The probe's request vanished without reporting: another is allowed later.
         assert_eq!(cb.permit(now + Duration::from_millis(100)), Permit::Reject);
         assert_eq!(cb.permit(now + PROBE_TIMEOUT), Permit::Probe);
+    }
+
+    #[test]
+    fn one_wave_of_failures_counts_once() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let t0 = Instant::now();
+        // 64 decisions in flight when the connection drops: one failure.
+        for _ in 0..64 {
+            cb.on_failure(t0 + ms(5), t0, Failure::Down);
+        }
+        assert!(!cb.is_open());
+        // Calls made after it fail too: the second and third waves open it.
+        cb.on_failure(t0 + ms(10), t0 + ms(6), Failure::Down);
+        let opened = cb.on_failure(t0 + ms(15), t0 + ms(11), Failure::Down);
+        assert!(matches!(opened, Transition::Opened(_)));
+    }
+
+    #[test]
+    fn timeouts_open_the_circuit_only_when_they_last() {
+        let cb = CircuitBreaker::new(PROBE_TIMEOUT);
+        let t0 = Instant::now();
+        // A 500 ms stall with a 20 ms budget: 25 waves of timeouts.
+        for i in 0..25 {
+            assert_eq!(fail(&cb, t0 + ms(20 * i), Failure::Slow), Transition::None);
+        }
+        assert!(!cb.is_open(), "a short stall must not open the circuit");
+        assert_eq!(cb.on_success(), Transition::None);
+        // Redis answering nothing for over a second does open it.
+        let t1 = t0 + ms(2000);
+        let mut opened = false;
+        for i in 0..60 {
+            opened |= matches!(
+                fail(&cb, t1 + ms(20 * i), Failure::Slow),
+                Transition::Opened(_)
+            );
+        }
+        assert!(opened && cb.is_open());
     }
 }

@@ -152,12 +152,12 @@ impl ClusterLimiter {
 
     fn record_failure(self: &Arc<Self>, node: &str, error: &LimiterError) {
         self.metrics.errors.with_label_values(&[error.kind()]).inc();
-        if !error.is_unhealthy() {
+        let Some(failure) = error.circuit_failure() else {
             log::warn!("rate-limit decision failed for one key: {error}");
             return;
-        }
-        let refused = matches!(error, LimiterError::Refused(_));
-        if let Transition::Opened(wait) = self.circuit(node).on_failure(Instant::now(), refused) {
+        };
+        let now = Instant::now();
+        if let Transition::Opened(wait) = self.circuit(node).on_failure(now, now, failure) {
             log::warn!(
                 "Redis Cluster node {node} unhealthy ({error}): its circuit is open for {wait:?}"
             );

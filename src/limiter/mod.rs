@@ -87,6 +87,16 @@ impl LimiterError {
         }
     }
 
+    /// What the failure says to the circuit breaker, if it counts at all.
+    pub fn circuit_failure(&self) -> Option<circuit::Failure> {
+        match self {
+            LimiterError::Refused(_) => Some(circuit::Failure::Refused),
+            LimiterError::Timeout(_) => Some(circuit::Failure::Slow),
+            LimiterError::Io(_) | LimiterError::Unavailable(_) => Some(circuit::Failure::Down),
+            LimiterError::Server(_) | LimiterError::CircuitOpen => None,
+        }
+    }
+
     /// Whether the error says Redis itself is unhealthy (it counts towards
     /// opening the circuit), rather than one key or one reply being wrong.
     pub fn is_unhealthy(&self) -> bool {
@@ -310,8 +320,16 @@ impl Decider {
             Source::FailClosed => false,
             _ => admits(checks, &decisions),
         };
+        // Only the authoritative backend's denials are remembered: a denial
+        // of the fallback (scaled to this instance's share) must not outlive
+        // the Redis failure that made it.
+        let authoritative = match source {
+            Source::Redis => true,
+            Source::Local => self.redis.is_none(),
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => false,
+        };
         if let Some(cache) = &self.deny_cache {
-            if !admitted {
+            if !admitted && authoritative {
                 cache.remember(checks, &decisions, Instant::now());
             }
         }

@@ -23,10 +23,11 @@
 //! `on_error`.
 //!
 //! The budget is kept without a timer per request: each queued decision
-//! carries its deadline, and a batch's call is bounded by the earliest
-//! deadline in it. A request queued behind a call in flight waits at most
-//! until that call's own (earlier) deadline, so every decision is answered by
-//! its deadline, and the timer costs one per batch instead of one per request.
+//! carries its deadline; a batch's call runs until the latest deadline in it,
+//! and one timer, re-armed at the next deadline, answers each decision whose
+//! budget runs out first. So every decision is answered by its own deadline,
+//! none fails because another member of its batch ran out of budget, and the
+//! timers cost one per distinct deadline wave instead of one per request.
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
@@ -166,7 +167,17 @@ struct Queued {
     args: Vec<Vec<u8>>,
     /// When its budget runs out.
     deadline: Instant,
-    reply: oneshot::Sender<Result<Vec<i64>, LimiterError>>,
+    /// Taken when it is answered (by its reply, or at its deadline).
+    reply: Option<oneshot::Sender<Result<Vec<i64>, LimiterError>>>,
+}
+
+impl Queued {
+    /// Answers the decision, unless it already was.
+    fn answer(&mut self, result: Result<Vec<i64>, LimiterError>) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
+    }
 }
 
 impl RedisLimiter {
@@ -279,7 +290,7 @@ impl RedisLimiter {
                 keys,
                 args,
                 deadline,
-                reply,
+                reply: Some(reply),
             });
             !std::mem::replace(&mut queue.flushing, true)
         };
@@ -318,14 +329,16 @@ impl RedisLimiter {
         let now = Instant::now();
         let (late, live): (Vec<Queued>, Vec<Queued>) =
             batch.into_iter().partition(|queued| queued.deadline <= now);
-        for queued in late {
-            let _ = queued.reply.send(Err(LimiterError::Timeout(self.budget)));
+        for mut queued in late {
+            queued.answer(Err(LimiterError::Timeout(self.budget)));
         }
         let mut batch: Vec<Queued> = live
             .into_iter()
-            .filter(|queued| !queued.reply.is_closed())
+            .filter(|queued| queued.reply.as_ref().is_some_and(|r| !r.is_closed()))
             .collect();
-        let Some(deadline) = batch.iter().map(|q| q.deadline).min() else {
+        // The call may run until its last decision's deadline; each decision
+        // is answered by its own (see run_answering_expired).
+        let Some(deadline) = batch.iter().map(|q| q.deadline).max() else {
             return;
         };
         let mut pipe = redis::pipe();
@@ -336,7 +349,9 @@ impl RedisLimiter {
             pipe.add_command(self.batch_command(&batch));
             chunks.push(std::mem::replace(&mut batch, rest));
         }
-        let mut results = self.run(conn, &pipe, deadline).await;
+        let mut results = self
+            .run_answering_expired(conn, &pipe, deadline, &mut chunks)
+            .await;
         // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
         // and run again only the calls that did not execute.
         let lost: Vec<usize> = match &results {
@@ -379,8 +394,45 @@ impl RedisLimiter {
                 }
             }
             Err(e) => {
-                for queued in chunks.into_iter().flatten() {
-                    let _ = queued.reply.send(Err(e.clone()));
+                for mut queued in chunks.into_iter().flatten() {
+                    queued.answer(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Runs `pipe` until `deadline` (the latest of its decisions'), answering
+    /// each decision whose own deadline passes first with a timeout: no
+    /// decision waits past its budget, and none fails because another
+    /// member of its batch ran out of budget. Gives up once every decision
+    /// has been answered.
+    async fn run_answering_expired(
+        &self,
+        conn: &mut MultiplexedConnection,
+        pipe: &redis::Pipeline,
+        deadline: Instant,
+        chunks: &mut [Vec<Queued>],
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
+        let call = self.run(conn, pipe, deadline);
+        tokio::pin!(call);
+        loop {
+            let next = chunks
+                .iter()
+                .flatten()
+                .filter(|q| q.reply.is_some())
+                .map(|q| q.deadline)
+                .min();
+            let Some(next) = next else {
+                return Err(LimiterError::Timeout(self.budget));
+            };
+            tokio::select! {
+                biased;
+                result = &mut call => return result,
+                _ = tokio::time::sleep_until(next.into()) => {
+                    let now = Instant::now();
+                    for queued in chunks.iter_mut().flatten().filter(|q| q.deadline <= now) {
+                        queued.answer(Err(LimiterError::Timeout(self.budget)));
+                    }
                 }
             }
         }
@@ -413,26 +465,26 @@ impl RedisLimiter {
             Ok(redis::Value::BulkString(text)) => text,
             Ok(other) => {
                 let error = LimiterError::Server(format!("unexpected batch reply: {other:?}"));
-                for queued in chunk {
-                    let _ = queued.reply.send(Err(error.clone()));
+                for mut queued in chunk {
+                    queued.answer(Err(error.clone()));
                 }
                 return;
             }
             Err(e) => {
                 let error = self.classify(e);
-                for queued in chunk {
-                    let _ = queued.reply.send(Err(error.clone()));
+                for mut queued in chunk {
+                    queued.answer(Err(error.clone()));
                 }
                 return;
             }
         };
         let mut lines = text.split(|&b| b == b'\n');
-        for queued in chunk {
+        for mut queued in chunk {
             let decoded = match lines.next() {
                 Some(line) => parse_batch_line(line),
                 None => Err(LimiterError::Server("batch reply too short".into())),
             };
-            let _ = queued.reply.send(decoded);
+            queued.answer(decoded);
         }
     }
 
@@ -481,12 +533,12 @@ impl RedisLimiter {
             }
             Err(e) => {
                 self.metrics.errors.with_label_values(&[e.kind()]).inc();
-                if !e.is_unhealthy() {
+                let Some(failure) = e.circuit_failure() else {
                     log::warn!("rate-limit decision failed for one key: {e}");
                     return;
-                }
-                let refused = matches!(e, LimiterError::Refused(_));
-                if let Transition::Opened(wait) = self.circuit.on_failure(Instant::now(), refused) {
+                };
+                let now = Instant::now();
+                if let Transition::Opened(wait) = self.circuit.on_failure(now, started, failure) {
                     log::warn!(
                         "Redis unhealthy ({e}): circuit open for {wait:?}, on_error applies"
                     );
