@@ -50,6 +50,38 @@ pub struct Decision {
     pub retry_after: Duration,
 }
 
+impl Decision {
+    /// The decision with `reset` and `retry_after` held to the most `check`
+    /// can ever need, whatever its counter held (state written under other
+    /// parameters before a reload, or by something other than sluice): a
+    /// window (`sliding_window`: a window and one sub-window); `token_bucket`:
+    /// `burst` refill intervals until full, `cost` of them until admitted;
+    /// `concurrency`: one `lease`, and a retry of at most a second. The
+    /// backends already keep within these bounds; this is the last guard.
+    pub fn bounded(self, check: &LimitCheck<'_>) -> Self {
+        let window = check.window;
+        let (reset, retry) = match check.algorithm {
+            Algorithm::SlidingLog | Algorithm::FixedWindow => (window, window),
+            Algorithm::SlidingWindow { buckets } => {
+                let bound = window + window / buckets.max(1);
+                (bound, bound)
+            }
+            Algorithm::TokenBucket { burst } => {
+                let interval =
+                    Duration::from_micros((window.as_micros() as u64).div_ceil(check.limit.max(1)));
+                let units = |n: u64| interval.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+                (units(burst.max(check.cost)), units(check.cost))
+            }
+            Algorithm::Concurrency { lease } => (lease, Duration::from_secs(1)),
+        };
+        Self {
+            reset: self.reset.min(reset),
+            retry_after: self.retry_after.min(retry),
+            ..self
+        }
+    }
+}
+
 /// Why a limiter could not decide. Always a backend problem, never the request's.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LimiterError {
@@ -314,7 +346,10 @@ impl Decider {
                 };
             }
         }
-        let (source, decisions) = self.decide_uncached(checks, &member).await;
+        let (source, mut decisions) = self.decide_uncached(checks, &member).await;
+        for (decision, check) in decisions.iter_mut().zip(checks) {
+            *decision = decision.bounded(check);
+        }
         let admitted = match source {
             Source::FailOpen => true,
             Source::FailClosed => false,
@@ -436,4 +471,60 @@ pub(crate) fn instance_id() -> String {
             .unwrap_or_default(),
     );
     format!("{:016x}", hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(algorithm: Algorithm) -> LimitCheck<'static> {
+        LimitCheck {
+            key: "k",
+            limit: 4,
+            window: Duration::from_secs(60),
+            cost: 1,
+            algorithm,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn decisions_are_held_to_what_the_limit_can_need() {
+        let absurd = Decision {
+            allowed: false,
+            remaining: 0,
+            reset: Duration::from_secs(8_981_536_051),
+            retry_after: Duration::from_secs(8_981_536_051),
+        };
+        let cases = [
+            (Algorithm::SlidingLog, 60_000, 60_000),
+            (Algorithm::FixedWindow, 60_000, 60_000),
+            (Algorithm::SlidingWindow { buckets: 10 }, 66_000, 66_000),
+            // 4 per minute: a unit every 15 s; burst 2.
+            (Algorithm::TokenBucket { burst: 2 }, 30_000, 15_000),
+            (
+                Algorithm::Concurrency {
+                    lease: Duration::from_secs(30),
+                },
+                30_000,
+                1_000,
+            ),
+        ];
+        for (algorithm, reset_ms, retry_ms) in cases {
+            let d = absurd.bounded(&check(algorithm));
+            assert_eq!(d.reset, Duration::from_millis(reset_ms), "{algorithm:?}");
+            assert_eq!(
+                d.retry_after,
+                Duration::from_millis(retry_ms),
+                "{algorithm:?}"
+            );
+        }
+        let sane = Decision {
+            allowed: true,
+            remaining: 3,
+            reset: Duration::from_secs(7),
+            retry_after: Duration::ZERO,
+        };
+        assert_eq!(sane.bounded(&check(Algorithm::SlidingLog)), sane);
+    }
 }

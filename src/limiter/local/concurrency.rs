@@ -13,12 +13,13 @@ impl Concurrency {
         self.leases.iter().map(|&(_, _, units)| units).sum()
     }
 
-    fn first_expiry(&self, now: u64) -> u64 {
+    /// Time until the first lease ends, never more than one `lease`.
+    fn first_expiry(&self, now: u64, lease: u64) -> u64 {
         self.leases
             .iter()
             .map(|&(_, ends, _)| ends)
             .min()
-            .map_or(0, |ends| ends.saturating_sub(now))
+            .map_or(0, |ends| ends.saturating_sub(now).min(lease))
     }
 }
 
@@ -34,14 +35,14 @@ impl Counter for Concurrency {
             .push((member.to_string(), now + p.param, p.cost));
         (
             p.limit.saturating_sub(count + p.cost),
-            self.first_expiry(now),
+            self.first_expiry(now, p.param),
         )
     }
 
     fn report(&self, now: u64, p: &Params) -> (u64, u64, u64) {
         (
             p.limit.saturating_sub(self.count()),
-            self.first_expiry(now),
+            self.first_expiry(now, p.param),
             0,
         )
     }

@@ -40,6 +40,10 @@ impl Counter for SlidingWindow {
         {
             self.buckets.pop_front();
         }
+        // Written with another sub-window size (a reload): never counted.
+        while self.buckets.back().is_some_and(|&(at, _)| at > current) {
+            self.buckets.pop_back();
+        }
         self.count() + p.cost <= p.limit
     }
 

@@ -18,7 +18,11 @@ struct Gcra {
 
 fn gcra(stored: u64, now: u64, p: &Params) -> Gcra {
     let interval = p.window.div_ceil(p.limit).max(1) as i128;
-    let tat = (stored as i128).max(now as i128);
+    // A TAT past a full wait under these parameters was written under others
+    // (a reload): read as an empty bucket.
+    let tat = (stored as i128)
+        .max(now as i128)
+        .min(now as i128 + interval * p.param as i128);
     let new_tat = tat + interval * p.cost as i128;
     Gcra {
         interval,

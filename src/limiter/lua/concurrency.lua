@@ -14,10 +14,12 @@ function concurrency.peek(key, now, a)
   return count + a.cost <= a.limit, count
 end
 
-local function first_expiry(key, now)
+-- Time until the first lease ends by itself, never more than one `lease`
+-- (a lease taken under a longer `lease` before a reload counts as if taken now).
+local function first_expiry(key, now, a)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
   if first then
-    return first - now
+    return math.min(first - now, a.param)
   end
   return 0
 end
@@ -30,12 +32,12 @@ function concurrency.take(key, now, a, count, member)
     redis.call('ZADD', key, ends, member .. '.' .. j)
   end
   redis.call('PEXPIRE', key, math.ceil(a.param / 1000) + 1)
-  return a.limit - count - a.cost, first_expiry(key, now)
+  return a.limit - count - a.cost, first_expiry(key, now, a)
 end
 
 -- Reports without consuming. retry_after is 0: a lease may end at any moment.
 function concurrency.report(key, now, a, count)
-  return math.max(a.limit - count, 0), first_expiry(key, now), 0
+  return math.max(a.limit - count, 0), first_expiry(key, now, a), 0
 end
 
 -- Releases the leases `member` holds.

@@ -8,6 +8,11 @@
 -- overshoot: in any interval of length `window`, at most `limit` units are
 -- admitted. The price is on the strict side: a unit frees between `window`
 -- and `window + s` after it was taken. Memory: at most buckets + 1 fields.
+--
+-- A sub-window index above the current one was written with another
+-- sub-window size (a reload changed `window` or `buckets`): it is dropped
+-- with the ones too old to count, so every counted sub-window frees within
+-- window + s, whatever the key held before.
 local sliding_window = {}
 
 local function index(now, size)
@@ -30,7 +35,7 @@ function sliding_window.peek(key, now, a)
   for i = 1, #flat, 2 do
     local at = tonumber(flat[i])
     local units = tonumber(flat[i + 1])
-    if at == nil or units == nil or at < oldest then
+    if at == nil or units == nil or at < oldest or at > current then
       redis.call('HDEL', key, flat[i])
     else
       count = count + units

@@ -5,6 +5,11 @@
 -- `burst` units (`a.param`). The key stores the theoretical arrival time (TAT):
 -- when the bucket would be full again. A request of `cost` units is admitted
 -- if TAT' - burst·T <= now, where TAT' = max(TAT, now) + cost·T.
+--
+-- A TAT beyond now + burst·T cannot come from these parameters (admission
+-- keeps TAT' <= now + burst·T); it was written under a longer window or a
+-- larger burst (a reload). It is read as an empty bucket under the current
+-- ones, so the wait for `cost` units is never more than cost·T.
 local token_bucket = {}
 
 -- Returns whether `cost` units are in the bucket now, and the state.
@@ -13,6 +18,8 @@ function token_bucket.peek(key, now, a)
   local tat = tonumber(redis.call('GET', key)) or now
   if tat < now then
     tat = now
+  elseif tat > now + interval * a.param then
+    tat = now + interval * a.param
   end
   local new_tat = tat + interval * a.cost
   local allow_at = new_tat - interval * a.param
