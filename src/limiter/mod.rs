@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod deny_cache;
 mod lazy;
 pub mod local;
+pub mod reconcile;
 pub mod redis;
 
 pub use crate::config::Algorithm;
@@ -388,11 +389,20 @@ impl Decider {
             Ok(decisions) => (Source::Redis, decisions),
             Err(e) => {
                 log::debug!("rate-limit decision falls back to on_error: {e}");
-                match self.settings.on_error {
-                    OnError::Allow => (Source::FailOpen, Vec::new()),
-                    OnError::Deny => (Source::FailClosed, Vec::new()),
-                    OnError::Local => (Source::Local, self.fallback(checks, member)),
+                let (source, decisions, admitted) = match self.settings.on_error {
+                    OnError::Allow => (Source::FailOpen, Vec::new(), true),
+                    OnError::Deny => (Source::FailClosed, Vec::new(), false),
+                    OnError::Local => {
+                        let decisions = self.fallback(checks, member);
+                        let admitted = admits(checks, &decisions);
+                        (Source::Local, decisions, admitted)
+                    }
+                };
+                // Redis may still run a decision that ran out of budget.
+                if matches!(e, LimiterError::Timeout(_)) {
+                    redis.note_fallback(member, admitted);
                 }
+                (source, decisions)
             }
         }
     }
@@ -446,6 +456,15 @@ impl Remote {
         match self {
             Remote::Single(redis) => redis.release(checks, member).await,
             Remote::Cluster(cluster) => cluster.release(checks, member).await,
+        }
+    }
+
+    /// What `on_error` told a request whose decision timed out (the
+    /// standalone backend reconciles late replies; cluster calls are per key
+    /// and refunded there).
+    fn note_fallback(&self, member: &str, admitted: bool) {
+        if let Remote::Single(redis) = self {
+            redis.note_fallback(member, admitted);
         }
     }
 

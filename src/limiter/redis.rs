@@ -31,6 +31,7 @@
 
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
+use super::reconcile::{FallbackLedger, Refund};
 use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
 use crate::config::RedisConfig;
 use crate::metrics::RedisMetrics;
@@ -133,6 +134,17 @@ pub(super) fn no_delay() -> redis::io::tcp::TcpSettings {
     redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
+/// A batch call on its way: one reply per script call of the pipeline.
+type PendingCall = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = redis::RedisResult<Vec<redis::RedisResult<redis::Value>>>>
+            + Send,
+    >,
+>;
+
+/// The decide script's code of `concurrency` (see [`push_args`]).
+const CONCURRENCY_CODE: &str = "5";
+
 /// The most decisions one script call carries: bounds how long one call
 /// holds Redis (a few hundred microseconds at most).
 pub const MAX_BATCH: usize = 64;
@@ -151,6 +163,8 @@ pub struct RedisLimiter {
     circuit: CircuitBreaker,
     queue: std::sync::Mutex<Queue>,
     metrics: RedisMetrics,
+    /// The fallback's verdicts on decisions that timed out (see `reconcile`).
+    ledger: FallbackLedger,
 }
 
 /// Decisions waiting to be sent, and whether a flush loop is running.
@@ -201,7 +215,14 @@ impl RedisLimiter {
             circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
             queue: std::sync::Mutex::new(Queue::default()),
             metrics,
+            ledger: FallbackLedger::default(),
         })
+    }
+
+    /// Records what `on_error` told the request `member` after its decision
+    /// timed out, for when Redis runs that decision late.
+    pub fn note_fallback(&self, member: &str, admitted: bool) {
+        self.ledger.record(member, admitted);
     }
 
     /// False while the circuit is open (Redis found unhealthy, not called).
@@ -317,13 +338,13 @@ impl RedisLimiter {
             if let Some(current) = self.current() {
                 conn = current;
             }
-            self.send_batch(&mut conn, batch).await;
+            Arc::clone(&self).send_batch(&mut conn, batch).await;
         }
     }
 
     /// Sends one batch (one script call per [`MAX_BATCH`] decisions, in one
     /// pipeline) and hands out the replies.
-    async fn send_batch(&self, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
+    async fn send_batch(self: Arc<Self>, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
         // Decisions out of budget are answered now and never sent: they must
         // not consume quota after their client was answered by on_error.
         let now = Instant::now();
@@ -349,9 +370,16 @@ impl RedisLimiter {
             pipe.add_command(self.batch_command(&batch));
             chunks.push(std::mem::replace(&mut batch, rest));
         }
-        let mut results = self
-            .run_answering_expired(conn, &pipe, deadline, &mut chunks)
-            .await;
+        let call = {
+            let (mut conn, pipe) = (conn.clone(), pipe.clone());
+            Box::pin(async move {
+                pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn)
+                    .await
+            })
+        };
+        let Some(mut results) = self.answer_expired_while(call, deadline, &mut chunks).await else {
+            return;
+        };
         // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
         // and run again only the calls that did not execute.
         let lost: Vec<usize> = match &results {
@@ -401,20 +429,19 @@ impl RedisLimiter {
         }
     }
 
-    /// Runs `pipe` until `deadline` (the latest of its decisions'), answering
-    /// each decision whose own deadline passes first with a timeout: no
-    /// decision waits past its budget, and none fails because another
-    /// member of its batch ran out of budget. Gives up once every decision
-    /// has been answered.
-    async fn run_answering_expired(
-        &self,
-        conn: &mut MultiplexedConnection,
-        pipe: &redis::Pipeline,
+    /// Waits for `call` until `deadline` (the latest of its decisions'),
+    /// answering each decision whose own deadline passes first with a
+    /// timeout: no decision waits past its budget, and none fails because
+    /// another member of its batch ran out of budget. Once every decision
+    /// has been answered, the call is left to finish in the background
+    /// (bounded by the connection's response timeout) so that what Redis
+    /// admits late is reconciled; then `None`.
+    async fn answer_expired_while(
+        self: &Arc<Self>,
+        mut call: PendingCall,
         deadline: Instant,
-        chunks: &mut [Vec<Queued>],
-    ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
-        let call = self.run(conn, pipe, deadline);
-        tokio::pin!(call);
+        chunks: &mut Vec<Vec<Queued>>,
+    ) -> Option<Result<Vec<redis::RedisResult<redis::Value>>, LimiterError>> {
         loop {
             let next = chunks
                 .iter()
@@ -423,12 +450,21 @@ impl RedisLimiter {
                 .map(|q| q.deadline)
                 .min();
             let Some(next) = next else {
-                return Err(LimiterError::Timeout(self.budget));
+                let this = Arc::clone(self);
+                let chunks = std::mem::take(chunks);
+                tokio::spawn(async move {
+                    if let Ok(values) = call.await {
+                        for (chunk, value) in chunks.into_iter().zip(values) {
+                            this.hand_out(chunk, value);
+                        }
+                    }
+                });
+                return None;
             };
             tokio::select! {
                 biased;
-                result = &mut call => return result,
-                _ = tokio::time::sleep_until(next.into()) => {
+                result = &mut call => return Some(result.map_err(|e| self.classify(e))),
+                _ = tokio::time::sleep_until(next.min(deadline).into()) => {
                     let now = Instant::now();
                     for queued in chunks.iter_mut().flatten().filter(|q| q.deadline <= now) {
                         queued.answer(Err(LimiterError::Timeout(self.budget)));
@@ -436,6 +472,55 @@ impl RedisLimiter {
                 }
             }
         }
+    }
+
+    /// Gives back what Redis admitted, late, for a decision already answered
+    /// by `on_error` (see `reconcile`): `taken_us` is Redis's clock when it
+    /// ran it.
+    fn reconcile(&self, queued: &Queued, taken_us: i64) {
+        let member = queued
+            .args
+            .first()
+            .map(|m| String::from_utf8_lossy(m).into_owned());
+        let Some(member) = member else {
+            return;
+        };
+        let refund = Refund::for_verdict(self.ledger.take(&member));
+        let mut command = redis::cmd("EVALSHA");
+        let mut keys = Vec::new();
+        let mut limits = Vec::new();
+        for (i, key) in queued.keys.iter().enumerate() {
+            let Some(limit) = queued.args.get(3 + 6 * i..9 + 6 * i) else {
+                return;
+            };
+            let lease = limit[0].as_slice() == CONCURRENCY_CODE.as_bytes();
+            if refund == Refund::All || lease {
+                keys.push(key.as_str());
+                limits.push(limit);
+            }
+        }
+        if keys.is_empty() {
+            return;
+        }
+        log::debug!("Redis ran a timed-out decision late: refunding ({refund:?}) for {member}");
+        command
+            .arg(self.script.get_hash())
+            .arg(keys.len())
+            .arg(&keys);
+        command.arg(member.as_str()).arg("refund").arg(taken_us);
+        for limit in limits {
+            for arg in limit {
+                command.arg(arg.as_slice());
+            }
+        }
+        let Some(mut conn) = self.current() else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = command.query_async::<redis::Value>(&mut conn).await {
+                log::debug!("refund of a late admission failed (leases expire by themselves): {e}");
+            }
+        });
     }
 
     /// `EVALSHA` of the decide script in batch mode for `chunk`.
@@ -484,7 +569,13 @@ impl RedisLimiter {
                 Some(line) => parse_batch_line(line),
                 None => Err(LimiterError::Server("batch reply too short".into())),
             };
-            queued.answer(decoded);
+            match (&queued.reply, &decoded) {
+                // Answered by on_error already, and Redis admitted it.
+                (None, Ok(values)) if values.first() == Some(&1) => {
+                    self.reconcile(&queued, values.get(1).copied().unwrap_or(0));
+                }
+                _ => queued.answer(decoded),
+            }
         }
     }
 
@@ -678,6 +769,24 @@ mod tests {
         assert!(d[0].allowed && !d[1].allowed);
         assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
         assert!(decode_reply(&[1, 2], 1).is_err());
+    }
+
+    #[test]
+    fn the_concurrency_code_is_what_push_args_writes() {
+        let check = LimitCheck {
+            key: "k",
+            limit: 1,
+            window: Duration::from_secs(1),
+            cost: 1,
+            algorithm: Algorithm::Concurrency {
+                lease: Duration::from_secs(30),
+            },
+            shadow: false,
+        };
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        push_args(&mut args, &[check], "m-1", Mode::Take);
+        assert_eq!(args[3], CONCURRENCY_CODE.as_bytes());
+        assert_eq!(args.len(), 3 + 6);
     }
 
     #[test]
