@@ -151,6 +151,29 @@ fn a_stalled_body_is_cut_off() {
 }
 
 #[test]
+fn a_client_that_stops_reading_is_cut_off() {
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, "  send_timeout: 1s\n");
+    let mut stream = TcpStream::connect(sluice.addr).expect("connect");
+    // 256 MiB: far more than the socket buffers on both sides hold.
+    stream
+        .write_all(b"GET /big/268435456 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    // Read nothing: sluice's writes block, and send_timeout ends them.
+    wait_until(
+        Duration::from_secs(20),
+        "send_timeout to cut the client off",
+        || rejected(&sluice, "send_timeout") >= 1,
+    );
+    let (bytes, _) = read_until_closed(&mut stream, Duration::from_secs(20));
+    assert!(
+        bytes.len() < 268_435_456,
+        "the whole body was sent: {}",
+        bytes.len()
+    );
+}
+
+#[test]
 fn connections_beyond_the_cap_are_closed_at_once() {
     let upstream = Upstream::start();
     let sluice = start(&upstream, "  max_connections: 3\n");

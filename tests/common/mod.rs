@@ -151,7 +151,8 @@ impl Drop for RedisServer {
 // ------------------------------------------------------------------- upstream
 
 /// An HTTP/1.1 upstream (keep-alive) that answers `200 upstream ok` and counts
-/// the requests it served. A path `/slow/MS...` is answered after MS ms.
+/// the requests it served. A path `/slow/MS...` is answered after MS ms;
+/// `/big/N` is answered with N bytes.
 pub struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
@@ -289,6 +290,30 @@ fn serve_upstream_connection(
             in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         hits.fetch_add(1, Ordering::SeqCst);
+        // `/big/N`: a body of N bytes, for clients that stop reading.
+        let big = request_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|path| path.strip_prefix("/big/"))
+            .and_then(|n| n.parse::<usize>().ok());
+        if let Some(size) = big {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {size}\r\n\r\n"
+            );
+            if writer.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if writer.write_all(&chunk[..n]).is_err() {
+                    return;
+                }
+                left -= n;
+            }
+            continue;
+        }
         let response =
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nupstream ok";
         if writer.write_all(response.as_bytes()).is_err() {
