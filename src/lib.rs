@@ -3,9 +3,11 @@
 //!
 //! Dependencies point one way: [`state`] builds what requests need from a
 //! [`config::Config`] ([`route`], [`keys`], [`identity`], [`limiter`],
-//! [`upstream`]); [`proxy`] glues it to Pingora and [`metrics`]; [`reload`]
-//! swaps the state on `SIGHUP`; [`limiter`] knows nothing of HTTP; [`config`]
-//! knows nothing of Redis or Pingora sessions.
+//! [`upstream`]); [`proxy`] glues it to Pingora and [`metrics`], after
+//! [`target`] has made the request target canonical; [`front_door`] bounds
+//! what each client connection may hold; [`reload`] swaps the state on
+//! `SIGHUP`; [`limiter`] knows nothing of HTTP; [`config`] knows nothing of
+//! Redis or Pingora sessions.
 
 pub mod access_log;
 pub mod admin;
