@@ -60,16 +60,22 @@ pub struct FrontDoor<A> {
     state: SharedState,
     metrics: Arc<Metrics>,
     open: Arc<AtomicUsize>,
+    /// How long shutdown waits before the inner application drops the
+    /// connections still waiting for a request (see `drain`).
+    settle: Duration,
 }
 
 impl<A> FrontDoor<A> {
-    /// Wraps `inner`; the limits are read from `state` at each accept.
-    pub fn new(inner: A, state: SharedState, metrics: Arc<Metrics>) -> Self {
+    /// Wraps `inner`; the limits are read from `state` at each accept; on
+    /// shutdown, connections get `settle` (see [`crate::drain`]) before the
+    /// inner application drops the idle ones.
+    pub fn new(inner: A, settle: Duration, state: SharedState, metrics: Arc<Metrics>) -> Self {
         Self {
             inner: Arc::new(inner),
             state,
             metrics,
             open: Arc::new(AtomicUsize::new(0)),
+            settle,
         }
     }
 }
@@ -110,6 +116,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for FrontDoor<A> {
     }
 
     async fn cleanup(&self) {
+        tokio::time::sleep(self.settle).await;
         self.inner.cleanup().await;
     }
 }
@@ -180,58 +187,110 @@ pub enum HeadProgress {
 }
 
 impl HeadScan {
-    /// Feeds the next bytes of the head.
+    /// Feeds the next bytes of the head. Looks only at line ends and the
+    /// request line's spaces (memchr), so a head costs a few instructions
+    /// per line rather than per byte.
     pub fn feed(&mut self, chunk: &[u8], limits: &FrontDoorConfig) -> HeadProgress {
-        for &b in chunk {
-            if self.bytes == 0 && (b == b'\r' || b == b'\n') {
-                continue; // Empty lines before a request line are ignored.
+        let mut rest = chunk;
+        if self.bytes == 0 {
+            // Empty lines before a request line are ignored.
+            let start = rest
+                .iter()
+                .position(|&b| b != b'\r' && b != b'\n')
+                .unwrap_or(rest.len());
+            rest = &rest[start..];
+            if rest.is_empty() {
+                return HeadProgress::Partial;
             }
-            self.bytes += 1;
-            if self.bytes > limits.max_header_bytes {
-                return HeadProgress::Refused(HeadRefusal::HeaderTooLarge);
-            }
-            if !self.line_done {
-                if let Some(refusal) = self.request_line_byte(b, limits) {
-                    return HeadProgress::Refused(refusal);
-                }
-            }
-            self.after_newline = match (b, self.after_newline) {
-                (b'\n', 1 | 2) => return HeadProgress::Complete,
-                (b'\n', _) => 1,
-                (b'\r', 1) => 2,
-                _ => 0,
-            };
         }
-        HeadProgress::Partial
+        if !self.line_done {
+            match self.request_line(rest, limits) {
+                Ok(Some(after)) => rest = &rest[after..],
+                Ok(None) => return HeadProgress::Partial,
+                Err(refusal) => return HeadProgress::Refused(refusal),
+            }
+        }
+        self.header_lines(rest, limits)
     }
 
-    fn request_line_byte(&mut self, b: u8, limits: &FrontDoorConfig) -> Option<HeadRefusal> {
-        let at = self.bytes - 1;
-        match b {
-            b' ' => {
-                self.first_space.get_or_insert(at);
-                self.last_space = Some(at);
+    /// Follows the request line through `part`: `Ok(Some(n))` when it ends
+    /// within `part` (n bytes of it belong to the line, LF included).
+    fn request_line(
+        &mut self,
+        part: &[u8],
+        limits: &FrontDoorConfig,
+    ) -> Result<Option<usize>, HeadRefusal> {
+        let end = memchr::memchr(b'\n', part);
+        let line = &part[..end.unwrap_or(part.len())];
+        if let Some(i) = memchr::memchr(b' ', line) {
+            self.first_space.get_or_insert(self.bytes + i);
+        }
+        if let Some(i) = memchr::memrchr(b' ', line) {
+            self.last_space = Some(self.bytes + i);
+        }
+        let Some(end) = end else {
+            self.bytes += part.len();
+            // Still in the target: refused as soon as it is certainly too
+            // long (" HTTP/1.1\r\n" is all that may follow it).
+            let too_long = self.first_space.is_some_and(|first| {
+                self.bytes - first > limits.max_uri_bytes + " HTTP/1.1\r\n".len()
+            });
+            return match () {
+                _ if too_long => Err(HeadRefusal::UriTooLong),
+                _ if self.bytes > limits.max_header_bytes => Err(HeadRefusal::HeaderTooLarge),
+                _ => Ok(None),
+            };
+        };
+        self.bytes += end + 1;
+        self.line_done = true;
+        self.after_newline = 1;
+        if let (Some(first), Some(last)) = (self.first_space, self.last_space) {
+            if last > first && last - first - 1 > limits.max_uri_bytes {
+                return Err(HeadRefusal::UriTooLong);
             }
-            b'\n' => {
-                self.line_done = true;
-                if let (Some(first), Some(last)) = (self.first_space, self.last_space) {
-                    if last > first && last - first - 1 > limits.max_uri_bytes {
-                        return Some(HeadRefusal::UriTooLong);
+        }
+        if self.bytes > limits.max_header_bytes {
+            return Err(HeadRefusal::HeaderTooLarge);
+        }
+        Ok(Some(end + 1))
+    }
+
+    /// Looks for the empty line that ends the head (LF, optional CR, LF).
+    fn header_lines(&mut self, part: &[u8], limits: &FrontDoorConfig) -> HeadProgress {
+        let mut state = self.after_newline;
+        let mut at = 0;
+        while at < part.len() {
+            match (state, part[at]) {
+                (1 | 2, b'\n') => {
+                    self.bytes += at + 1;
+                    if self.bytes > limits.max_header_bytes {
+                        return HeadProgress::Refused(HeadRefusal::HeaderTooLarge);
                     }
+                    return HeadProgress::Complete;
                 }
+                (1, b'\r') => {
+                    state = 2;
+                    at += 1;
+                }
+                _ => match memchr::memchr(b'\n', &part[at..]) {
+                    // The LF that ends this line: the next byte decides.
+                    Some(i) => {
+                        state = 1;
+                        at += i + 1;
+                    }
+                    None => {
+                        state = 0;
+                        at = part.len();
+                    }
+                },
             }
-            _ => {}
         }
-        // Still in the target: refuse as soon as it is certainly too long
-        // (" HTTP/1.1\r\n" is all that may follow it).
-        match self.first_space {
-            Some(first)
-                if !self.line_done && at - first > limits.max_uri_bytes + " HTTP/1.1\r\n".len() =>
-            {
-                Some(HeadRefusal::UriTooLong)
-            }
-            _ => None,
+        self.bytes += part.len();
+        self.after_newline = state;
+        if self.bytes > limits.max_header_bytes {
+            return HeadProgress::Refused(HeadRefusal::HeaderTooLarge);
         }
+        HeadProgress::Partial
     }
 }
 
@@ -323,20 +382,34 @@ impl GuardedStream {
         }
     }
 
-    /// Whether `deadline` has passed; if not, the task is woken when it does.
+    /// Whether `deadline` has passed at `now`; if not, the task is woken
+    /// by then.
+    ///
+    /// The timer is moved only when it must fire earlier. Each request of a
+    /// keep-alive connection pushes its idle deadline later, and re-arming a
+    /// timer per request would cost the runtime's timer wheel every time;
+    /// instead a timer that fires before the current deadline (it was armed
+    /// for an earlier one) is simply re-armed then.
     fn expired(
         timer: &mut Option<Pin<Box<Sleep>>>,
         cx: &mut Context<'_>,
         deadline: Instant,
+        now: Instant,
     ) -> bool {
-        if Instant::now() >= deadline {
+        if now >= deadline {
             return true;
         }
         let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if sleep.deadline() != deadline {
+        if sleep.deadline() > deadline {
             sleep.as_mut().reset(deadline);
         }
-        sleep.as_mut().poll(cx).is_ready()
+        while sleep.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return true;
+            }
+            sleep.as_mut().reset(deadline);
+        }
+        false
     }
 
     /// A read deadline passed in phase `self.phase`: what the read returns.
@@ -378,7 +451,9 @@ impl GuardedStream {
             match Pin::new(&mut self.inner).poll_read(cx, &mut sink) {
                 Poll::Ready(Ok(())) if !sink.filled().is_empty() => continue,
                 Poll::Ready(_) => break,
-                Poll::Pending if Self::expired(&mut self.read_timer, cx, until) => break,
+                Poll::Pending if Self::expired(&mut self.read_timer, cx, until, Instant::now()) => {
+                    break
+                }
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -389,11 +464,11 @@ impl GuardedStream {
         )))
     }
 
-    /// Follows the head through the bytes just read.
-    fn scan(&mut self, cx: &mut Context<'_>, chunk: &[u8]) {
+    /// Follows the head through the bytes just read at `now`.
+    fn scan(&mut self, cx: &mut Context<'_>, chunk: &[u8], now: Instant) {
         if let Phase::Idle { .. } = self.phase {
             self.phase = Phase::Head {
-                since: Instant::now(),
+                since: now,
                 scan: HeadScan::default(),
             };
         }
@@ -432,8 +507,9 @@ impl AsyncRead for GuardedStream {
             Phase::Lingering { until } => return this.poll_linger(cx, until),
             Phase::Idle { .. } | Phase::Head { .. } => {}
         }
+        let now = Instant::now();
         let deadline = this.read_deadline();
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| now >= d) {
             return this.on_read_deadline();
         }
         let before = buf.filled().len();
@@ -441,7 +517,7 @@ impl AsyncRead for GuardedStream {
             Poll::Ready(Ok(())) => {
                 let read = &buf.filled()[before..];
                 if !read.is_empty() {
-                    this.scan(cx, read);
+                    this.scan(cx, read, now);
                     if let Phase::Lingering { until } = this.phase {
                         // What was read is not handed on: the head is refused.
                         buf.set_filled(before);
@@ -452,7 +528,9 @@ impl AsyncRead for GuardedStream {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => match deadline {
-                Some(d) if Self::expired(&mut this.read_timer, cx, d) => this.on_read_deadline(),
+                Some(d) if Self::expired(&mut this.read_timer, cx, d, now) => {
+                    this.on_read_deadline()
+                }
                 _ => Poll::Pending,
             },
         }
@@ -468,8 +546,10 @@ impl GuardedStream {
     ) -> Poll<io::Result<T>> {
         match result {
             Poll::Pending => {
-                let since = *self.write_blocked_since.get_or_insert_with(Instant::now);
-                if Self::expired(&mut self.write_timer, cx, since + self.limits.send_timeout) {
+                let now = Instant::now();
+                let since = *self.write_blocked_since.get_or_insert(now);
+                let deadline = since + self.limits.send_timeout;
+                if Self::expired(&mut self.write_timer, cx, deadline, now) {
                     self.write_blocked_since = None;
                     self.count("send_timeout");
                     return Poll::Ready(Err(io::Error::new(

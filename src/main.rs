@@ -9,7 +9,7 @@ use pingora::services::listening::Service;
 use sluice::access_log::{AccessLog, QUEUE_LINES};
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
-use sluice::drain::{settle_time, Draining};
+use sluice::drain::settle_time;
 use sluice::front_door::FrontDoor;
 use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
@@ -122,7 +122,8 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let mut proxy = Service::new(
         "sluice proxy".to_string(),
         FrontDoor::new(
-            Draining::new(proxy_app, settle_time(grace_period)),
+            proxy_app,
+            settle_time(grace_period),
             Arc::clone(&state),
             Arc::clone(&metrics),
         ),

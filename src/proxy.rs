@@ -57,8 +57,10 @@ pub struct RequestCtx {
     client: Option<IpAddr>,
     /// The upstream server chosen.
     upstream_addr: Option<String>,
-    /// The canonical path: what routes, keys and the upstream see.
-    path: String,
+    /// The canonical path, when it is not the path as received (which is
+    /// then canonical already): what routes, keys and the upstream see. See
+    /// [`request_path`].
+    path: Option<String>,
     /// The origin-form target to send upstream instead of the one received
     /// (it was not canonical, or was in absolute-form).
     upstream_target: Option<Vec<u8>>,
@@ -374,9 +376,11 @@ fn request_user<'a>(
 
 /// What the gateway works with instead of the target as received: the
 /// canonical path and host, and what to send upstream instead.
-struct CanonicalRequest {
-    path: String,
-    host: Option<String>,
+struct CanonicalRequest<'a> {
+    /// Set when it differs from the path as received.
+    rewritten_path: Option<String>,
+    path: Cow<'a, str>,
+    host: Option<Cow<'a, str>>,
     upstream_target: Option<Vec<u8>>,
     upstream_host: Option<Vec<u8>>,
 }
@@ -386,10 +390,11 @@ struct CanonicalRequest {
 fn canonical_request(
     req: &RequestHeader,
     slashes: EscapedSlashes,
-) -> std::result::Result<CanonicalRequest, TargetError> {
+) -> std::result::Result<CanonicalRequest<'_>, TargetError> {
     let target = canonical_target(req.raw_path(), slashes)?;
     let mut hosts = req.headers.get_all(header::HOST).iter();
-    let host_header = match (hosts.next(), hosts.next()) {
+    let first_host = hosts.next();
+    let host_header = match (first_host, hosts.next()) {
         (_, Some(_)) => return Err(TargetError::HostMismatch),
         (Some(value), None) => Some(canonical_host(value.as_bytes())?),
         (None, None) => None,
@@ -411,13 +416,20 @@ fn canonical_request(
     let rewrite = target.authority.is_some() || matches!(target.path, Cow::Owned(_));
     Ok(CanonicalRequest {
         upstream_target: rewrite.then(|| target.origin_form()),
-        upstream_host: match (target.authority, req.headers.contains_key(header::HOST)) {
-            (Some(authority), false) => Some(authority.to_vec()),
+        upstream_host: match (target.authority, first_host) {
+            (Some(authority), None) => Some(authority.to_vec()),
             _ => None,
         },
-        path: target.path.into_owned(),
-        host: host.map(Cow::into_owned),
+        rewritten_path: rewrite.then(|| target.path.to_string()),
+        path: target.path,
+        host,
     })
+}
+
+/// The request's canonical path: the rewritten one, or the path as received
+/// when that was canonical already.
+fn request_path<'a>(rewritten: &'a Option<String>, req: &'a RequestHeader) -> &'a str {
+    rewritten.as_deref().unwrap_or_else(|| req.uri.path())
 }
 
 /// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).
@@ -477,7 +489,7 @@ impl ProxyHttp for Gateway {
             verdict: None,
             client: None,
             upstream_addr: None,
-            path: String::new(),
+            path: None,
             upstream_target: None,
             upstream_host: None,
         }
@@ -488,28 +500,31 @@ impl ProxyHttp for Gateway {
         // Between two reads of the body (the head is the front door's).
         session.set_read_timeout(Some(state.config.server.front_door.client_body_timeout));
         drop_foreign_upgrade(session.req_header_mut());
-        let canonical = canonical_request(
-            session.req_header(),
-            state.config.server.front_door.escaped_slashes,
-        );
-        let canonical = match canonical {
-            Ok(canonical) => canonical,
+        let routed = {
+            let req = session.req_header();
+            canonical_request(req, state.config.server.front_door.escaped_slashes).map(|c| {
+                let found = state
+                    .routes
+                    .find(req.method.as_str(), c.host.as_deref(), &c.path);
+                (found, c.rewritten_path, c.upstream_target, c.upstream_host)
+            })
+        };
+        let found = match routed {
+            Ok((found, rewritten_path, upstream_target, upstream_host)) => {
+                ctx.path = rewritten_path;
+                ctx.upstream_target = upstream_target;
+                ctx.upstream_host = upstream_host;
+                found
+            }
             Err(e) => {
                 log::debug!("bad request target: {e}");
-                ctx.path = String::from_utf8_lossy(session.req_header().raw_path()).into_owned();
+                let raw = String::from_utf8_lossy(session.req_header().raw_path());
+                ctx.path = Some(raw.into_owned());
                 let body = Bytes::from_static(br#"{"error":"bad_request"}"#);
                 respond(session, 400, JSON, &[], body).await?;
                 return Ok(true);
             }
         };
-        let found = state.routes.find(
-            session.req_header().method.as_str(),
-            canonical.host.as_deref(),
-            &canonical.path,
-        );
-        ctx.path = canonical.path;
-        ctx.upstream_target = canonical.upstream_target;
-        ctx.upstream_host = canonical.upstream_host;
         let Some(index) = found else {
             respond(
                 session,
@@ -547,7 +562,8 @@ impl ProxyHttp for Gateway {
         if !route.limits.is_empty() {
             let client = client_ip(&state, session);
             ctx.client = Some(client);
-            let keys = Self::limit_keys(&state, route, session, client, user.as_deref(), &ctx.path);
+            let path = request_path(&ctx.path, session.req_header());
+            let keys = Self::limit_keys(&state, route, session, client, user.as_deref(), path);
             if !keys.is_empty() {
                 let checks = Self::checks(route, &keys);
                 let outcome = state.decider.decide(&checks).await;
@@ -760,7 +776,7 @@ impl ProxyHttp for Gateway {
             };
             let req = session.req_header();
             let verdict = ctx.verdict;
-            let (path, truncated) = AccessLogLine::capped(&ctx.path);
+            let (path, truncated) = AccessLogLine::capped(request_path(&ctx.path, req));
             let line = AccessLogLine {
                 time: AccessLogLine::now(),
                 route: route_name,

@@ -315,29 +315,49 @@ fn check_port(port: Option<&str>) -> Result<(), TargetError> {
 /// The canonical host of a Host header value or an authority: lower-case,
 /// without port and without one trailing dot. `Ok(None)` for an empty value.
 pub fn canonical_host(value: &[u8]) -> Result<Option<Cow<'_, str>>, TargetError> {
-    let text = std::str::from_utf8(value).map_err(|_| TargetError::Host)?;
-    if text.is_empty() {
+    if value.is_empty() {
         return Ok(None);
     }
-    if let Some(rest) = text.strip_prefix('[') {
+    if value[0] == b'[' {
+        let rest = std::str::from_utf8(&value[1..]).map_err(|_| TargetError::Host)?;
         return ipv6_literal(rest).map(|host| Some(Cow::Owned(host)));
     }
-    let (host, port) = match text.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (text, None),
+    // One pass: where the port starts, whether every byte may be in a
+    // name, whether a dot follows a dot, whether anything is upper-case.
+    let (mut colon, mut upper, mut double_dot, mut valid) = (None, false, false, true);
+    for (i, &b) in value.iter().enumerate() {
+        match b {
+            b':' => {
+                valid &= colon.is_none();
+                colon = Some(i);
+            }
+            b'.' => double_dot |= i > 0 && value[i - 1] == b'.' && colon.is_none(),
+            b'A'..=b'Z' => upper = true,
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => {}
+            _ => valid = false,
+        }
+    }
+    let (host, port) = match colon {
+        Some(i) => (&value[..i], Some(&value[i + 1..])),
+        None => (value, None),
     };
-    check_port(port)?;
-    let host = host.strip_suffix('.').unwrap_or(host);
-    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
-    if host.is_empty()
-        || !host.bytes().all(valid)
-        || host.starts_with('.')
-        || host.ends_with('.')
-        || host.contains("..")
+    if let Some(port) = port {
+        if port.is_empty() || port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
+            return Err(TargetError::Host);
+        }
+    }
+    let host = host.strip_suffix(b".").unwrap_or(host);
+    if !valid
+        || double_dot
+        || host.is_empty()
+        || host.first() == Some(&b'.')
+        || host.last() == Some(&b'.')
     {
         return Err(TargetError::Host);
     }
-    Ok(Some(if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    // Only ASCII letters, digits and `-._` remain: valid UTF-8.
+    let host = std::str::from_utf8(host).map_err(|_| TargetError::Host)?;
+    Ok(Some(if upper {
         Cow::Owned(host.to_ascii_lowercase())
     } else {
         Cow::Borrowed(host)
@@ -501,6 +521,9 @@ mod tests {
             "[::1",
             "h/x",
             "api.example.com..",
+            "a:b:80",
+            "::1",
+            "API.EXAMPLE.COM.:",
         ] {
             assert_eq!(host(bad), Err(TargetError::Host), "{bad}");
         }
