@@ -13,14 +13,11 @@ use std::time::{Duration, Instant};
 
 /// sluice with `limits` added to `server:`, one upstream, no limits.
 fn start(upstream: &Upstream, limits: &str) -> Sluice {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = format!(
-        "{}{limits}limiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: all\n    upstream: api\n",
-        server_section(addr, admin),
+    let body = format!(
+        "limiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: all\n    upstream: api\n",
         upstream.addr
     );
-    Sluice::start_with(&config, addr, admin, &[])
+    Sluice::start_with_server(limits, &body, &[])
 }
 
 /// Reads until EOF, reset or `limit`; returns what was read and when it ended.
@@ -220,10 +217,8 @@ fn websocket_echo_server() -> SocketAddr {
 #[test]
 fn websocket_passes_and_its_limit_counts_connections() {
     let ws = websocket_echo_server();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = format!(
-        r#"{}limiter:
+    let body = format!(
+        r#"limiter:
   backend: local
 upstreams:
   chat: {{ servers: ["{ws}"] }}
@@ -233,10 +228,9 @@ routes:
     upstream: chat
     limits:
       - {{ name: per-ip, key: [ip], limit: 1, window: 1m }}
-"#,
-        server_section(addr, admin)
+"#
     );
-    let sluice = Sluice::start_with(&config, addr, admin, &[]);
+    let sluice = Sluice::start_with_server("", &body, &[]);
 
     let stream = TcpStream::connect(sluice.addr).expect("connect");
     stream

@@ -118,14 +118,8 @@ fn targets_that_cannot_be_made_canonical_are_400() {
 fn escaped_slashes_can_be_kept_for_apis_that_need_them() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let addr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = format!(
-        "{}  escaped_slashes: keep\n{}",
-        server_section(addr, admin),
-        limited(&redis, &upstream, "")
-    );
-    let sluice = Sluice::start_with(&config, addr, admin, &[]);
+    let body = limited(&redis, &upstream, "");
+    let sluice = Sluice::start_with_server("  escaped_slashes: keep\n", &body, &[]);
     assert_eq!(sluice.get("/ids/a%2fb//c", &[]).status, 200);
     assert_eq!(upstream.targets(), vec!["/ids/a%2Fb/c"]);
 }
@@ -277,14 +271,8 @@ routes:
         url = redis.url(),
         upstream = upstream.addr,
     );
-    let addr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let sluice = Sluice::start_with(
-        &format!("{}{text}", server_section(addr, admin)),
-        addr,
-        admin,
-        &[("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")],
-    );
+    let secret = [("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")];
+    let sluice = Sluice::start_with_server("", &text, &secret);
     let response = sluice.get("/anything", &[]);
     assert_eq!(response.status, 401);
     let forged = sluice.get("/anything", &[("Authorization", "Bearer e30.e30.")]);

@@ -69,14 +69,13 @@ fn summary(output: &str) -> String {
 #[test]
 fn slow_clients_never_starve_ordinary_requests() {
     let upstream = Upstream::start();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = format!(
-        "{}  client_header_timeout: 2s\n  client_body_timeout: 2s\n  send_timeout: 2s\n  keepalive_timeout: 2s\nlimiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: all\n    upstream: api\n",
-        server_section(addr, admin),
+    let timeouts = "  client_header_timeout: 2s\n  client_body_timeout: 2s\n  send_timeout: 2s\n  keepalive_timeout: 2s\n";
+    let body = format!(
+        "limiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: all\n    upstream: api\n",
         upstream.addr
     );
-    let sluice = Sluice::start_with(&config, addr, admin, &[]);
+    let sluice = Sluice::start_with_server(timeouts, &body, &[]);
+    let addr = sluice.addr;
     let url = format!("http://{addr}/");
     let modes: [(&str, &[&str]); 3] = [
         ("slowloris (-H)", &["-H", "-i", "1", "-x", "10"]),

@@ -446,14 +446,16 @@ impl Sluice {
     /// Starts sluice with `body` (the config without `server:`) and waits until
     /// both listeners accept and `/healthz` answers.
     pub fn start(body: &str) -> Self {
+        Self::start_with_server("", body, &[])
+    }
+
+    /// Like [`Sluice::start`], with `server_keys` (lines indented by two
+    /// spaces) added to the `server:` section and `env` set.
+    pub fn start_with_server(server_keys: &str, body: &str, env: &[(&str, &str)]) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        Self::start_with(
-            &format!("{}{body}", server_section(addr, admin)),
-            addr,
-            admin,
-            &[],
-        )
+        let config = format!("{}{server_keys}{body}", server_section(addr, admin));
+        Self::start_with(&config, addr, admin, env)
     }
 
     /// Starts sluice with a complete config text, listeners known to the caller,
