@@ -120,7 +120,9 @@ impl LimiterError {
         }
     }
 
-    /// What the failure says to the circuit breaker, if it counts at all.
+    /// What the failure says to the circuit breaker: `None` for an error
+    /// confined to one key or reply (it does not count), else how Redis is
+    /// unhealthy.
     pub fn circuit_failure(&self) -> Option<circuit::Failure> {
         match self {
             LimiterError::Refused(_) => Some(circuit::Failure::Refused),
@@ -128,12 +130,6 @@ impl LimiterError {
             LimiterError::Io(_) | LimiterError::Unavailable(_) => Some(circuit::Failure::Down),
             LimiterError::Server(_) | LimiterError::CircuitOpen => None,
         }
-    }
-
-    /// Whether the error says Redis itself is unhealthy (it counts towards
-    /// opening the circuit), rather than one key or one reply being wrong.
-    pub fn is_unhealthy(&self) -> bool {
-        !matches!(self, LimiterError::Server(_) | LimiterError::CircuitOpen)
     }
 }
 
