@@ -541,9 +541,12 @@ impl ProxyHttp for Gateway {
 
         // Identity is checked on every route when it is required, with or
         // without limits: `required` guards the upstream, not only the keys.
-        let user = match request_user(&state, session) {
-            Ok(user) => user.map(Cow::into_owned),
-            Err(()) => {
+        // Otherwise only limits need it (a token is not verified for nothing).
+        let needs_user = state.identity.required() || !route.limits.is_empty();
+        let user = match needs_user.then(|| request_user(&state, session)) {
+            None => None,
+            Some(Ok(user)) => user.map(Cow::into_owned),
+            Some(Err(())) => {
                 respond(
                     session,
                     401,
