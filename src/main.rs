@@ -172,22 +172,35 @@ fn exit_on_daemon_ready() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Prints the `--check` summary in one write; a closed stdout (`| head`)
+/// is not an error worth a panic.
 fn print_summary(path: &std::path::Path, config: &Config) {
+    use std::io::Write as _;
+    let text = summary(path, config);
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn summary(path: &std::path::Path, config: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let limits: usize = config.routes.iter().map(|r| r.limits.len()).sum();
-    println!(
+    let _ = writeln!(
+        out,
         "{}: OK — {}, {}, {}",
         path.display(),
         count(config.routes.len(), "route"),
         count(limits, "limit"),
         count(config.upstreams.len(), "upstream")
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  listen {} · admin {}",
         config.server.listen.join(", "),
         config.server.admin
     );
-    match config.limiter.backend {
-        Backend::Redis => println!(
+    let _ = match config.limiter.backend {
+        Backend::Redis => writeln!(
+            out,
             "  limiter redis {} (timeout {}, on_error {})",
             if config.limiter.redis.cluster.is_empty() {
                 redact(&config.limiter.redis.url)
@@ -204,9 +217,10 @@ fn print_summary(path: &std::path::Path, config: &Config) {
             format_duration(config.limiter.redis.timeout),
             config.limiter.on_error.name()
         ),
-        Backend::Local => println!("  limiter local (this instance only)"),
-    }
-    println!(
+        Backend::Local => writeln!(out, "  limiter local (this instance only)"),
+    };
+    let _ = writeln!(
+        out,
         "  deny cache {}, in-process limiter {} keys{}",
         if config.limiter.deny_cache {
             "on"
@@ -225,11 +239,12 @@ fn print_summary(path: &std::path::Path, config: &Config) {
             RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
             RouteAction::Respond { status, .. } => format!("→ respond {status}"),
         };
-        println!("  route {} {target}", route.name);
+        let _ = writeln!(out, "  route {} {target}", route.name);
         for limit in &route.limits {
-            println!("    limit {}: {}", limit.name, limit.describe());
+            let _ = writeln!(out, "    limit {}: {}", limit.name, limit.describe());
         }
     }
+    out
 }
 
 fn count(n: usize, noun: &str) -> String {
