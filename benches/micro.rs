@@ -1,4 +1,4 @@
-//! Micro-benchmarks of the request path's CPU-only steps (issue 6 targets):
+//! Micro-benchmarks of the request path's CPU-only steps (targets: route matching under 1 µs, key building under 300 ns):
 //! route matching over 1,000 routes (< 1 µs), key building (< 300 ns), and
 //! the in-process limiter under contention from two threads.
 //!

@@ -1,4 +1,4 @@
-//! The side-by-side load benchmark (issue 6): sluice against nginx `limit_req`
+//! The side-by-side load benchmark: sluice against nginx `limit_req`
 //! and nginx + Lua + Redis, in one run, on one machine, one worker each.
 //!
 //!   cargo bench --bench versus                      # 3 rounds of 5 s
@@ -34,8 +34,8 @@
 //! a shared 2-core machine only hints at.
 //!
 //! The tables are printed, written to `benches/results.md`, and put into
-//! README.md between the `<!-- versus:begin -->` / `<!-- versus:end -->`
-//! markers.
+//! `docs/benchmarks.md` between the `<!-- versus:begin -->` /
+//! `<!-- versus:end -->` markers (`--no-readme` leaves that file alone).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -101,7 +101,7 @@ impl Options {
             seconds: 5,
             connections: 32,
             out: root.join("benches/results.md"),
-            readme: Some(root.join("README.md")),
+            readme: Some(root.join("docs/benchmarks.md")),
             scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(),
         };
         let mut i = 1;
@@ -704,7 +704,7 @@ fn targets(
     out
 }
 
-/// Replaces the text between the README's markers with `report`.
+/// Replaces the text between the benchmark document's markers with `report`.
 fn embed(readme: &Path, report: &str) {
     const BEGIN: &str = "<!-- versus:begin -->";
     const END: &str = "<!-- versus:end -->";
@@ -714,10 +714,13 @@ fn embed(readme: &Path, report: &str) {
     match (text.find(BEGIN), text.find(END)) {
         (Some(b), Some(e)) if b < e => {
             let updated = format!("{}{BEGIN}\n{report}{}", &text[..b], &text[e..]);
-            std::fs::write(readme, updated).expect("update README");
-            eprintln!("README.md updated");
+            std::fs::write(readme, updated).expect("update the benchmark document");
+            eprintln!("{} updated", readme.display());
         }
-        _ => eprintln!("README.md has no {BEGIN} … {END} block; not updated"),
+        _ => eprintln!(
+            "{} has no {BEGIN} … {END} block; not updated",
+            readme.display()
+        ),
     }
 }
 

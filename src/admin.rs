@@ -1,4 +1,4 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` (DESIGN §7).
+//! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health").
 
 use crate::metrics::Metrics;
 use crate::state::SharedState;

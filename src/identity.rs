@@ -1,4 +1,4 @@
-//! Who the key part `user` is (DESIGN §2 `identity`): a verified JWT claim, or
+//! Who the key part `user` is (docs/configuration.md, `identity`): a verified JWT claim, or
 //! a header set by a trusted auth layer.
 //!
 //! A token is believed only once its signature verifies with the configured

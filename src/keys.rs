@@ -1,4 +1,4 @@
-//! Client IP, identity and counter-key building (DESIGN §3).
+//! Client IP, identity and counter-key building (docs/architecture.md, "Keys").
 //!
 //! Nothing here touches a socket or Redis: inputs are the peer address and the
 //! request's header values, outputs are strings. Every function is total — any

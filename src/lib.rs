@@ -1,5 +1,5 @@
 //! sluice: a reverse-proxy API gateway on Pingora with exact, distributed rate
-//! limits kept in Redis. See `DESIGN.md` for the contract and `README.md` for use.
+//! limits kept in Redis. `docs/architecture.md` describes the design, `README.md` the use.
 //!
 //! Dependencies point one way: [`state`] builds what requests need from a
 //! [`config::Config`] ([`route`], [`keys`], [`identity`], [`limiter`],

@@ -1,4 +1,4 @@
-//! The Prometheus registry and every metric of DESIGN §7.
+//! The Prometheus registry and every metric (docs/operations.md, "Metrics and health").
 //!
 //! Label values come only from the configuration (route and limit names) and
 //! from fixed sets (status codes, decision, source, error kind) — never from a

@@ -1,4 +1,4 @@
-//! The Pingora `ProxyHttp` implementation — glue only (DESIGN §1).
+//! The Pingora `ProxyHttp` implementation — glue only (docs/architecture.md).
 //!
 //! `request_filter` matches the route, builds the limit keys, asks the
 //! [`Decider`] and either lets the request through or answers it (404, 429,
@@ -206,7 +206,7 @@ impl Gateway {
         entries
     }
 
-    /// The configured rate-limit headers (DESIGN §6) for `entries`.
+    /// The configured rate-limit headers (docs/configuration.md, "Responses") for `entries`.
     fn rate_headers(
         state: &GatewayState,
         route: Option<&CompiledRoute>,

@@ -1,4 +1,4 @@
-//! `SIGHUP` reload (DESIGN §8): read and validate the file again, build a new
+//! `SIGHUP` reload (docs/operations.md): read and validate the file again, build a new
 //! [`GatewayState`] and swap it in for new requests.
 //!
 //! Any error — unreadable file, invalid config, key material that does not

@@ -1,4 +1,4 @@
-//! The compiled route table: first match wins, in file order (DESIGN §2).
+//! The compiled route table: first match wins, in file order (docs/configuration.md).
 
 use crate::config::{PathMatch, RouteConfig};
 use std::collections::HashMap;

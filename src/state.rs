@@ -1,6 +1,6 @@
 //! The running configuration: everything a request needs that comes from the
 //! config file, built from one validated [`Config`] and swapped whole on
-//! reload (DESIGN §8).
+//! reload (docs/operations.md).
 //!
 //! A request takes a reference to the current [`GatewayState`] when it starts
 //! and keeps it to the end, so a reload never changes the route, limits or

@@ -1,4 +1,4 @@
-//! Issue 4 end to end through the real binary and a real Redis: the boundary
+//! End to end through the real binary and a real Redis: the boundary
 //! behaviour of the window algorithms, the token bucket's burst and rate,
 //! shadow limits, shared counters, and the IETF draft headers.
 
@@ -37,7 +37,7 @@ fn admitted(sluice: &Sluice, path: &str, n: usize) -> usize {
         .count()
 }
 
-/// Issue 4, point 2: 5 requests just before a window boundary and 5 just
+/// 5 requests just before a window boundary and 5 just
 /// after. The fixed window admits all 10 (twice its limit within half a
 /// window); the sliding log and the sliding window admit none of the second 5.
 #[test]
@@ -105,7 +105,7 @@ fn only_fixed_window_has_the_boundary_double_burst() {
     panic!("could not time the bursts around a boundary in 5 attempts");
 }
 
-/// Issue 4, point 2 (the bound): sliding_window never admits more than
+/// sliding_window never admits more than
 /// `limit` in any interval of length `window`. Checked on the in-process twin
 /// (the conformance tests tie it to the script) with a fake clock over
 /// thousands of random arrivals; the fixed window, same traffic, breaks it.
@@ -182,7 +182,7 @@ fn sliding_window_stays_within_its_bound() {
     assert!(fixed > 50, "the fixed window's double burst: {fixed}");
 }
 
-/// Issue 4, point 3: a token bucket of 10/s with burst 5 admits 5 at once,
+/// a token bucket of 10/s with burst 5 admits 5 at once,
 /// then 10 per second.
 #[test]
 fn token_bucket_admits_its_burst_then_the_refill_rate() {
@@ -229,7 +229,7 @@ fn token_bucket_admits_its_burst_then_the_refill_rate() {
     );
 }
 
-/// Issue 4, point 5: a shadow limit never denies, counts shadow_deny exactly,
+/// a shadow limit never denies, counts shadow_deny exactly,
 /// and leaves the headers to the enforced limits.
 #[test]
 fn shadow_limits_count_but_never_deny() {
@@ -318,7 +318,7 @@ fn sf_list(text: &str) -> Vec<(String, Vec<(String, i64)>)> {
         .collect()
 }
 
-/// Issue 4, point 7: `headers: both` sends the legacy headers and the IETF
+/// `headers: both` sends the legacy headers and the IETF
 /// `RateLimit-Policy` / `RateLimit`, which parse as RFC 8941 lists, one member
 /// per limit, the most restrictive first.
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 4, point 6: concurrency limits (nginx `limit_conn`, Traefik
+//! concurrency limits (nginx `limit_conn`, Traefik
 //! `InFlightReq`) across instances, with leases in Redis.
 
 mod common;

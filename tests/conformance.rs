@@ -1,4 +1,4 @@
-//! Issue 4, point 1: per algorithm, one scripted table of (time, cost) →
+//! per algorithm, one scripted table of (time, cost) →
 //! expected outcome, run against the in-process limiter on a fake clock and
 //! against a real `redis-server` in real time. Both must give the table's
 //! decisions, and the same `remaining`.

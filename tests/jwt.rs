@@ -1,4 +1,4 @@
-//! Issue 4, point 4: `identity.jwt` keys by a verified claim only. Expired,
+//! `identity.jwt` keys by a verified claim only. Expired,
 //! not-yet-valid, wrongly signed, `alg: none`, algorithm-confused and garbage
 //! tokens never key by the claim they carry.
 

@@ -1,4 +1,4 @@
-//! What changed between two configurations, for the reload log (DESIGN §8).
+//! What changed between two configurations, for the reload log (docs/operations.md).
 //!
 //! The diff is by name — routes by route name, limits by (route, limit name),
 //! upstreams by upstream name — because names are what Redis counter keys are

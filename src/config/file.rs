@@ -1,4 +1,4 @@
-//! The YAML schema exactly as written by operators (DESIGN §2).
+//! The YAML schema exactly as written by operators (docs/configuration.md).
 //!
 //! Every struct denies unknown keys, so a typo is an error rather than a silently
 //! disabled limit. Values are kept close to their written form (durations as

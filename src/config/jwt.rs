@@ -1,4 +1,4 @@
-//! Validation of `identity.jwt` (DESIGN §2): algorithms, key material, claim.
+//! Validation of `identity.jwt` (docs/configuration.md): algorithms, key material, claim.
 //!
 //! Key material is read here, when the config loads, so a missing secret or an
 //! unreadable key file is a config error rather than a request-time surprise.

@@ -1,4 +1,4 @@
-//! Configuration: the YAML file (DESIGN §2), environment expansion, validation.
+//! Configuration: the YAML file (docs/configuration.md), environment expansion, validation.
 //!
 //! Loading is three steps, in the spirit of River's split between file and
 //! internal configuration: [`env::expand`] on the raw text, serde into the file
@@ -195,7 +195,7 @@ pub struct LimiterConfig {
     pub redis: RedisConfig,
     /// Failure policy.
     pub on_error: OnError,
-    /// Remember denials until their retry time (DESIGN §4).
+    /// Remember denials until their retry time (docs/algorithms.md).
     pub deny_cache: bool,
     /// Most keys the in-process limiter holds.
     pub local_max_keys: usize,
@@ -312,7 +312,7 @@ pub enum KeyPart {
     Header(String),
 }
 
-/// Limiting algorithm, with its own parameters (DESIGN §4).
+/// Limiting algorithm, with its own parameters (docs/algorithms.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
     /// Exact sliding log (sorted set of admit times).

@@ -1,4 +1,4 @@
-//! File schema → [`Config`], with every semantic check DESIGN §2 implies.
+//! File schema → [`Config`], with every semantic check the reference (docs/configuration.md) implies.
 
 use super::duration::parse_duration;
 use super::file::*;

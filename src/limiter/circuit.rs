@@ -1,4 +1,4 @@
-//! The circuit breaker of DESIGN §5.
+//! The circuit breaker (docs/operations.md, "When Redis fails").
 //!
 //! Closed: calls go to Redis; 3 consecutive failures open the circuit. Open:
 //! no call is made for the back-off (1 s, doubling to 30 s, ±20 % jitter) and

@@ -1,4 +1,4 @@
-//! The deny cache (DESIGN §4): a denial with `retry_after = r` is remembered
+//! The deny cache (docs/algorithms.md): a denial with `retry_after = r` is remembered
 //! in process until `receipt + r`; until then that key is denied without
 //! asking Redis.
 //!

@@ -1,4 +1,4 @@
-//! Rate-limit decisions, independent of HTTP (DESIGN §4, §5).
+//! Rate-limit decisions, independent of HTTP (docs/algorithms.md; failures: docs/operations.md).
 //!
 //! A [`Limiter`] answers "may these units pass?" for one or more counter keys
 //! at once, all or nothing: if any key denies, no key consumes anything.

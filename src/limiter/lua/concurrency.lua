@@ -1,4 +1,4 @@
--- concurrency: at most `limit` units in flight per key (DESIGN §4).
+-- concurrency: at most `limit` units in flight per key (docs/algorithms.md).
 --
 -- The key is a sorted set of leases; score = the time the lease ends by itself
 -- (admit time + `lease`, µs; `a.param`). A lease is released (ZREM) when its

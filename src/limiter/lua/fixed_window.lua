@@ -1,5 +1,5 @@
 -- fixed_window: one counter per window, windows aligned to the Unix epoch
--- (DESIGN §4). Cheapest, and has the boundary double burst: `limit` units at
+-- (docs/algorithms.md). Cheapest, and has the boundary double burst: `limit` units at
 -- the end of one window and `limit` more at the start of the next.
 -- The key is a hash: w = window index, c = units admitted in it.
 local fixed_window = {}

@@ -1,4 +1,4 @@
--- sliding_log: the exact sliding-window log (DESIGN §4).
+-- sliding_log: the exact sliding-window log (docs/algorithms.md).
 --
 -- The key is a sorted set of admitted units; score = admit time (µs). A unit
 -- admitted at s counts while now - s < window, so any half-open interval of

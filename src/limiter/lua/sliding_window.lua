@@ -1,4 +1,4 @@
--- sliding_window: sub-window counters in one hash (DESIGN §4).
+-- sliding_window: sub-window counters in one hash (docs/algorithms.md).
 --
 -- The window is cut into `buckets` sub-windows of size s = window / buckets
 -- (`a.param`; the config guarantees s is a whole number of µs), aligned to the

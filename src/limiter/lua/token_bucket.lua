@@ -1,4 +1,4 @@
--- token_bucket: GCRA, one value per key (DESIGN §4).
+-- token_bucket: GCRA, one value per key (docs/algorithms.md).
 --
 -- The bucket refills one unit every T = ceil(window / limit) µs (rounded up to
 -- the microsecond, so never faster than `limit` per `window`) and holds at most
