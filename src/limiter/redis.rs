@@ -771,6 +771,40 @@ mod tests {
         assert!(decode_reply(&[1, 2], 1).is_err());
     }
 
+    /// The decide script dispatches on `algorithms[code]`: the codes that
+    /// `push_args` writes must name the same algorithms, in the same order.
+    #[test]
+    fn wire_codes_match_the_lua_dispatch_table() {
+        let table = DECIDE_SCRIPT
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("local algorithms = {"))
+            .and_then(|rest| rest.strip_suffix('}'))
+            .expect("decide.lua has `local algorithms = { … }`");
+        let lua: Vec<&str> = table.split(',').map(str::trim).collect();
+        let lease = Duration::from_secs(1);
+        for algorithm in [
+            Algorithm::SlidingLog,
+            Algorithm::SlidingWindow { buckets: 10 },
+            Algorithm::FixedWindow,
+            Algorithm::TokenBucket { burst: 1 },
+            Algorithm::Concurrency { lease },
+        ] {
+            let check = LimitCheck {
+                key: "k",
+                limit: 1,
+                window: lease,
+                cost: 1,
+                algorithm,
+                shadow: false,
+            };
+            let mut args: Vec<Vec<u8>> = Vec::new();
+            push_args(&mut args, &[check], "m-1", Mode::Take);
+            let code: usize = std::str::from_utf8(&args[3]).unwrap().parse().unwrap();
+            assert_eq!(lua.get(code - 1), Some(&algorithm.name()), "code {code}");
+        }
+        assert_eq!(lua.len(), 5);
+    }
+
     #[test]
     fn the_concurrency_code_is_what_push_args_writes() {
         let check = LimitCheck {
