@@ -14,6 +14,7 @@ pub mod admin;
 pub mod config;
 pub mod drain;
 pub mod front_door;
+pub mod headers;
 pub mod health;
 pub mod identity;
 pub mod keys;

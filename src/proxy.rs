@@ -11,8 +11,9 @@
 
 use crate::access_log::{AccessLog, AccessLogLine};
 use crate::config::EscapedSlashes;
-use crate::config::{Algorithm, HeaderStyle, OnMissing, RouteAction};
+use crate::config::{Algorithm, OnMissing, RouteAction};
 use crate::front_door::GuardedStream;
+use crate::headers::{self, ceil_secs};
 use crate::identity::{HeaderValues, User};
 use crate::keys::{build_key, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
@@ -206,68 +207,18 @@ impl Gateway {
         entries
     }
 
-    /// The configured rate-limit headers (docs/configuration.md, "Responses") for `entries`.
+    /// The configured rate-limit headers for `entries` (see [`headers`]).
     fn rate_headers(
         state: &GatewayState,
         route: Option<&CompiledRoute>,
         entries: &[(usize, Decision)],
     ) -> Vec<(&'static str, HeaderValue)> {
-        let style = state.config.response.headers;
-        let (Some(route), Some((first, most))) = (route, entries.first()) else {
+        let Some(route) = route else {
             return Vec::new();
         };
-        let mut headers = Vec::new();
-        if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-            // Numbers straight into header values: no String, no validation.
-            headers.push((
-                "x-ratelimit-limit",
-                HeaderValue::from(route.limits[*first].config.limit),
-            ));
-            headers.push(("x-ratelimit-remaining", HeaderValue::from(most.remaining)));
-            headers.push((
-                "x-ratelimit-reset",
-                HeaderValue::from(ceil_secs(most.reset)),
-            ));
-        }
-        if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
-            let mut policy = String::new();
-            let mut state = String::new();
-            for (n, (i, d)) in entries.iter().enumerate() {
-                let c = &route.limits[*i].config;
-                if n > 0 {
-                    policy.push_str(", ");
-                    state.push_str(", ");
-                }
-                // Names are [a-z0-9_-]+: valid inside an sf-string as they are.
-                policy.push_str(&format!("\"{}\";q={}", c.name, c.limit));
-                if !matches!(c.algorithm, Algorithm::Concurrency { .. }) {
-                    policy.push_str(&format!(";w={}", ceil_secs(c.window).max(1)));
-                }
-                let t = if d.allowed {
-                    d.reset
-                } else {
-                    d.retry_after.max(d.reset)
-                };
-                state.push_str(&format!(
-                    "\"{}\";r={};t={}",
-                    c.name,
-                    d.remaining,
-                    ceil_secs(t)
-                ));
-            }
-            // Names are [a-z0-9_-]+ and the rest digits: always a valid value.
-            for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
-                if let Ok(value) = HeaderValue::try_from(value) {
-                    headers.push((name, value));
-                }
-            }
-        }
-        headers
+        let entries = entries.iter().map(|(i, d)| (&route.limits[*i].config, d));
+        headers::rate_headers(state.config.response.headers, entries)
     }
-}
-
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_micros().div_ceil(1_000_000) as u64
 }
 
 async fn respond(
