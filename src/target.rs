@@ -133,10 +133,8 @@ fn split_absolute_form(raw: &[u8]) -> Result<(Option<&[u8]>, &[u8]), TargetError
     if authority.is_empty() {
         return Err(TargetError::Host);
     }
-    if path.first() == Some(&b'?') || path.first() == Some(&b'#') {
-        // `http://host?q`: the path is empty, the query follows.
-        return Ok((Some(authority), path));
-    }
+    // `path` may be empty or start with `?` (`http://host?q`): the caller
+    // reads that as the root.
     Ok((Some(authority), path))
 }
 
