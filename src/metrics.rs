@@ -4,7 +4,7 @@
 //! from fixed sets (status codes, decision, source, error kind) — never from a
 //! request, so the series count is bounded by the config.
 
-use crate::limiter::Source;
+use crate::limiter::{LimiterError, RedisObserver, Source};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -53,6 +53,20 @@ pub struct RedisMetrics {
     pub errors: IntCounterVec,
     /// `sluice_redis_up`: 1 after a successful call, 0 after a connection failure.
     pub up: IntGauge,
+}
+
+impl RedisObserver for RedisMetrics {
+    fn call_succeeded(&self, elapsed: std::time::Duration) {
+        self.duration.observe(elapsed.as_secs_f64());
+    }
+
+    fn call_failed(&self, error: &LimiterError) {
+        self.errors.with_label_values(&[error.kind()]).inc();
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.set(i64::from(up));
+    }
 }
 
 /// The decision label values.

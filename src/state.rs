@@ -89,7 +89,7 @@ impl GatewayState {
     ) -> Result<Self, BuildError> {
         let decider = match previous {
             Some(previous) => previous.decider.reconfigure(&config.limiter)?,
-            None => Decider::new(&config.limiter, metrics.redis.clone())?,
+            None => Decider::new(&config.limiter, Arc::new(metrics.redis.clone()))?,
         };
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for upstream in &config.upstreams {

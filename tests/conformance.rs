@@ -141,7 +141,7 @@ fn conformance(
                 timeout: Duration::from_millis(500),
                 key_prefix: "sluice:".into(),
             },
-            metrics.redis.clone(),
+            Arc::new(metrics.redis.clone()),
         )
         .expect("limiter"),
     );

@@ -16,8 +16,7 @@
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
 use super::redis::{parse_reply, push_args, Mode, DECIDE_SCRIPT};
-use super::{Decision, LimitCheck, Limiter, LimiterError};
-use crate::metrics::RedisMetrics;
+use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -35,7 +34,7 @@ pub struct ClusterLimiter {
     connection: LazyConnection<ClusterConnection>,
     slots: RwLock<Vec<SlotRange>>,
     circuits: Mutex<HashMap<String, Arc<CircuitBreaker>>>,
-    metrics: RedisMetrics,
+    observer: Arc<dyn RedisObserver>,
 }
 
 #[derive(Debug, Clone)]
@@ -50,7 +49,7 @@ impl ClusterLimiter {
     pub fn new(
         nodes: &[String],
         budget: Duration,
-        metrics: RedisMetrics,
+        observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
         let client = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(CONNECT_TIMEOUT)
@@ -66,7 +65,7 @@ impl ClusterLimiter {
             connection: LazyConnection::new(),
             slots: RwLock::new(Vec::new()),
             circuits: Mutex::new(HashMap::new()),
-            metrics,
+            observer,
         })
     }
 
@@ -151,7 +150,7 @@ impl ClusterLimiter {
     }
 
     fn record_failure(self: &Arc<Self>, node: &str, error: &LimiterError) {
-        self.metrics.errors.with_label_values(&[error.kind()]).inc();
+        self.observer.call_failed(error);
         let Some(failure) = error.circuit_failure() else {
             log::warn!("rate-limit decision failed for one key: {error}");
             return;
@@ -161,7 +160,7 @@ impl ClusterLimiter {
             log::warn!(
                 "Redis Cluster node {node} unhealthy ({error}): its circuit is open for {wait:?}"
             );
-            self.metrics.up.set(0);
+            self.observer.set_up(false);
             if let Some(mut conn) = self.current() {
                 let this = Arc::clone(self);
                 tokio::spawn(async move { this.refresh_slots(&mut conn).await });
@@ -260,7 +259,7 @@ impl ClusterLimiter {
         for node in &nodes {
             if self.circuit(node).permit(Instant::now()) == Permit::Reject {
                 let error = LimiterError::CircuitOpen;
-                self.metrics.errors.with_label_values(&[error.kind()]).inc();
+                self.observer.call_failed(&error);
                 return Err(error);
             }
         }
@@ -348,15 +347,13 @@ impl Limiter for Arc<ClusterLimiter> {
                 Err(_) => {
                     // Not attributable to one node (connecting, or the map is stale).
                     let error = LimiterError::Timeout(self.budget);
-                    self.metrics.errors.with_label_values(&[error.kind()]).inc();
+                    self.observer.call_failed(&error);
                     Err(error)
                 }
             };
         if result.is_ok() {
-            self.metrics
-                .duration
-                .observe(started.elapsed().as_secs_f64());
-            self.metrics.up.set(1);
+            self.observer.call_succeeded(started.elapsed());
+            self.observer.set_up(true);
         }
         result
     }

@@ -15,7 +15,6 @@ pub mod redis;
 
 pub use crate::config::Algorithm;
 use crate::config::{Backend, LimiterConfig, OnError};
-use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -133,6 +132,18 @@ impl LimiterError {
     }
 }
 
+/// What the Redis backends report about their calls. The limiter owns this
+/// trait and the metrics implement it, so the limiter depends on no metrics
+/// library; an observer sees calls, it never affects a decision.
+pub trait RedisObserver: Send + Sync {
+    /// A call succeeded after `elapsed`.
+    fn call_succeeded(&self, elapsed: Duration);
+    /// A call failed (or was not made: circuit open) with `error`.
+    fn call_failed(&self, error: &LimiterError);
+    /// Whether Redis is taken to be reachable.
+    fn set_up(&self, up: bool);
+}
+
 /// A rate-limit backend.
 #[async_trait]
 pub trait Limiter: Send + Sync {
@@ -217,7 +228,7 @@ pub struct Decider {
     redis: Option<Remote>,
     local: Arc<local::LocalLimiter>,
     deny_cache: Option<Arc<deny_cache::DenyCache>>,
-    metrics: RedisMetrics,
+    observer: Arc<dyn RedisObserver>,
     member_prefix: String,
     sequence: Arc<AtomicU64>,
 }
@@ -225,13 +236,16 @@ pub struct Decider {
 impl Decider {
     /// Builds the backends from validated settings. No connection is made here:
     /// Redis connects on first use, inside the runtime that serves requests.
-    pub fn new(config: &LimiterConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
+    pub fn new(
+        config: &LimiterConfig,
+        observer: Arc<dyn RedisObserver>,
+    ) -> Result<Self, LimiterError> {
         Ok(Self {
             settings: config.clone(),
-            redis: Self::remote(config, &metrics)?,
+            redis: Self::remote(config, &observer)?,
             local: Arc::new(local::LocalLimiter::new(config.local_max_keys)),
             deny_cache: Self::deny_cache(config),
-            metrics,
+            observer,
             member_prefix: instance_id(),
             sequence: Arc::new(AtomicU64::new(0)),
         })
@@ -247,7 +261,7 @@ impl Decider {
         let redis = if self.keeps_connections(config) {
             self.redis.clone()
         } else {
-            Self::remote(config, &self.metrics)?
+            Self::remote(config, &self.observer)?
         };
         let local = if old.local_max_keys == config.local_max_keys {
             Arc::clone(&self.local)
@@ -265,7 +279,7 @@ impl Decider {
             redis,
             local,
             deny_cache,
-            metrics: self.metrics.clone(),
+            observer: Arc::clone(&self.observer),
             member_prefix: self.member_prefix.clone(),
             sequence: Arc::clone(&self.sequence),
         })
@@ -279,19 +293,19 @@ impl Decider {
 
     fn remote(
         config: &LimiterConfig,
-        metrics: &RedisMetrics,
+        observer: &Arc<dyn RedisObserver>,
     ) -> Result<Option<Remote>, LimiterError> {
         Ok(match config.backend {
             Backend::Redis if !config.redis.cluster.is_empty() => {
                 Some(Remote::Cluster(Arc::new(cluster::ClusterLimiter::new(
                     &config.redis.cluster,
                     config.redis.timeout,
-                    metrics.clone(),
+                    Arc::clone(observer),
                 )?)))
             }
             Backend::Redis => Some(Remote::Single(Arc::new(redis::RedisLimiter::new(
                 &config.redis,
-                metrics.clone(),
+                Arc::clone(observer),
             )?))),
             Backend::Local => None,
         })

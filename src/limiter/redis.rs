@@ -32,9 +32,8 @@
 use super::circuit::{CircuitBreaker, Permit, Transition};
 use super::lazy::LazyConnection;
 use super::reconcile::{FallbackLedger, Refund};
-use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
+use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use crate::config::RedisConfig;
-use crate::metrics::RedisMetrics;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
@@ -162,7 +161,7 @@ pub struct RedisLimiter {
     connect_refused: AtomicBool,
     circuit: CircuitBreaker,
     queue: std::sync::Mutex<Queue>,
-    metrics: RedisMetrics,
+    observer: Arc<dyn RedisObserver>,
     /// The fallback's verdicts on decisions that timed out (see `reconcile`).
     ledger: FallbackLedger,
 }
@@ -196,7 +195,10 @@ impl Queued {
 
 impl RedisLimiter {
     /// Prepares a client for `config.url`; connects nothing yet.
-    pub fn new(config: &RedisConfig, metrics: RedisMetrics) -> Result<Self, LimiterError> {
+    pub fn new(
+        config: &RedisConfig,
+        observer: Arc<dyn RedisObserver>,
+    ) -> Result<Self, LimiterError> {
         use redis::IntoConnectionInfo;
         let info = config
             .url
@@ -214,7 +216,7 @@ impl RedisLimiter {
             connect_refused: AtomicBool::new(false),
             circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
             queue: std::sync::Mutex::new(Queue::default()),
-            metrics,
+            observer,
             ledger: FallbackLedger::default(),
         })
     }
@@ -610,20 +612,18 @@ impl RedisLimiter {
         }
     }
 
-    /// Records the outcome of one call in the metrics and the circuit breaker.
+    /// Reports the outcome of one call to the observer and the circuit breaker.
     fn record(&self, result: &Result<Vec<Decision>, LimiterError>, started: Instant) {
         match result {
             Ok(_) => {
-                self.metrics
-                    .duration
-                    .observe(started.elapsed().as_secs_f64());
-                self.metrics.up.set(1);
+                self.observer.call_succeeded(started.elapsed());
+                self.observer.set_up(true);
                 if self.circuit.on_success() == Transition::Closed {
                     log::info!("Redis answers again: circuit closed, decisions come from Redis");
                 }
             }
             Err(e) => {
-                self.metrics.errors.with_label_values(&[e.kind()]).inc();
+                self.observer.call_failed(e);
                 let Some(failure) = e.circuit_failure() else {
                     log::warn!("rate-limit decision failed for one key: {e}");
                     return;
@@ -633,7 +633,7 @@ impl RedisLimiter {
                     log::warn!(
                         "Redis unhealthy ({e}): circuit open for {wait:?}, on_error applies"
                     );
-                    self.metrics.up.set(0);
+                    self.observer.set_up(false);
                     self.drop_connection();
                 }
             }
@@ -662,7 +662,7 @@ impl Limiter for Arc<RedisLimiter> {
     ) -> Result<Vec<Decision>, LimiterError> {
         if self.circuit.permit(Instant::now()) == Permit::Reject {
             let error = LimiterError::CircuitOpen;
-            self.metrics.errors.with_label_values(&[error.kind()]).inc();
+            self.observer.call_failed(&error);
             return Err(error);
         }
         let started = Instant::now();

@@ -1,0 +1,100 @@
+//! The dependency rules of docs/architecture.md, checked on the source: a
+//! module that imports what it must not know fails this test, naming the line.
+//!
+//! - `limiter` knows nothing of HTTP, Pingora, the proxy or the metrics (it
+//!   reports through the `RedisObserver` trait it owns);
+//! - `config` knows nothing of Redis, Pingora or the limiter;
+//! - `target` (the canonical request target) is pure.
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read source dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The lines of `files` that name any of `forbidden` as code, not in a comment.
+fn offending(files: &[PathBuf], forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for name in forbidden {
+                let named = code.match_indices(name).any(|(at, _)| {
+                    // A whole path segment: not part of a longer identifier.
+                    !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if named {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn src(part: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(part)
+}
+
+#[test]
+fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
+    let files = sources(&src("limiter"));
+    assert!(files.len() > 5, "no limiter sources found");
+    let forbidden = [
+        "crate::proxy",
+        "crate::metrics",
+        "crate::front_door",
+        "crate::headers",
+        "crate::access_log",
+        "crate::admin",
+        "pingora",
+        "http::",
+        "prometheus",
+    ];
+    let found = offending(&files, &forbidden);
+    assert!(
+        found.is_empty(),
+        "the limiter imports what it must not know:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_config_knows_nothing_of_redis_pingora_or_the_limiter() {
+    let files = sources(&src("config"));
+    let forbidden = [
+        "redis::",
+        "pingora",
+        "crate::limiter",
+        "crate::proxy",
+        "crate::state",
+    ];
+    let found = offending(&files, &forbidden);
+    assert!(
+        found.is_empty(),
+        "the config imports what it must not know:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_canonical_target_is_pure() {
+    let files = vec![src("target.rs")];
+    let forbidden = ["crate::", "pingora", "http::", "redis::", "tokio"];
+    let found = offending(&files, &forbidden);
+    assert!(found.is_empty(), "target.rs imports:\n{}", found.join("\n"));
+}
