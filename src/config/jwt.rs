@@ -3,8 +3,8 @@
 //! Key material is read here, when the config loads, so a missing secret or an
 //! unreadable key file is a config error rather than a request-time surprise.
 
+use super::checker::Checker;
 use super::file::JwtFile;
-use super::validate::Checker;
 use super::{IdentityConfig, JwtConfig, JwtKey};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::str::FromStr;
@@ -109,8 +109,8 @@ fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
     } else {
         "identity.jwt"
     };
-    match std::env::var(&var) {
-        Ok(secret) if !secret.is_empty() => {
+    match c.env(&var) {
+        Some(secret) if !secret.is_empty() => {
             if secret.len() < 32 {
                 c.warning(
                     path,

@@ -6,6 +6,7 @@
 //! uses. Every error names `path:line:column` where a position exists. This
 //! module knows nothing of Redis or Pingora.
 
+mod checker;
 pub mod diff;
 pub mod duration;
 pub mod env;
@@ -534,7 +535,7 @@ impl Config {
             path: path.to_path_buf(),
             problems,
         };
-        let expanded = env::expand(text, lookup).map_err(|e| {
+        let expanded = env::expand(text, &lookup).map_err(|e| {
             fail(vec![match e {
                 env::ExpandError::Unset(v) => Problem {
                     position: Some((v.line, v.column)),
@@ -555,7 +556,7 @@ impl Config {
             serde_yaml::from_str(&expanded).map_err(|e| fail(vec![serde_problem(&e)]))?
         };
         let index = position::PositionIndex::build(&expanded);
-        let (mut config, warnings) = validate::validate(parsed, &index).map_err(fail)?;
+        let (mut config, warnings) = validate::validate(parsed, &index, &lookup).map_err(fail)?;
         config.warnings = fail(warnings)
             .to_string()
             .lines()

@@ -291,3 +291,21 @@ fn cluster_nodes_are_checked() {
         "{err}"
     );
 }
+
+#[test]
+fn the_jwt_secret_comes_through_the_injected_environment() {
+    let text = "identity:\n  jwt: { algorithms: [HS256], secret_env: TEST_ONLY_JWT_SECRET }\n";
+    let secret = "0123456789abcdef0123456789abcdef";
+    let with = Config::from_text(Path::new("test.yaml"), text, |name| {
+        (name == "TEST_ONLY_JWT_SECRET").then(|| secret.to_string())
+    });
+    match with.map(|c| c.identity) {
+        Ok(IdentityConfig::Jwt(jwt)) => {
+            assert!(matches!(jwt.key, JwtKey::Secret(ref s) if s == secret.as_bytes()))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Not in the injected lookup: refused, whatever the process has.
+    let without = Config::from_text(Path::new("test.yaml"), text, |_| None);
+    assert!(without.is_err());
+}

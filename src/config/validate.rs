@@ -1,92 +1,19 @@
 //! File schema → [`Config`], with every semantic check the reference (docs/configuration.md) implies.
 
-use super::duration::parse_duration;
+use super::checker::{leaf, Checker, NOT_YET};
 use super::file::*;
 use super::position::PositionIndex;
 use super::*;
 use std::collections::HashSet;
 use std::net::ToSocketAddrs;
 
-const NOT_YET: &str = "is not supported yet";
-
-/// Collects problems with their paths, resolved to positions at the end.
-pub(super) struct Checker<'a> {
-    index: &'a PositionIndex,
-    problems: Vec<Problem>,
-    warnings: Vec<Problem>,
-}
-
-impl Checker<'_> {
-    pub(super) fn warning(&mut self, path: &str, message: impl Into<String>) {
-        let position = self.index.find(path).map(|p| (p.line, p.column));
-        self.warnings.push(Problem {
-            position,
-            message: format!("warning: {}", message.into()),
-        });
-    }
-
-    pub(super) fn problem(&mut self, path: &str, message: impl Into<String>) {
-        let position = self.index.find(path).map(|p| (p.line, p.column));
-        self.problems.push(Problem {
-            position,
-            message: message.into(),
-        });
-    }
-
-    pub(super) fn duration(
-        &mut self,
-        path: &str,
-        text: Option<&str>,
-        default: Duration,
-    ) -> Duration {
-        match text {
-            None => default,
-            Some(text) => match parse_duration(text) {
-                Ok(d) => d,
-                Err(message) => {
-                    self.problem(path, format!("{}: {message}", leaf(path)));
-                    default
-                }
-            },
-        }
-    }
-
-    fn not_supported<T>(&mut self, path: &str, value: &Option<T>, what: &str) {
-        if value.is_some() {
-            self.problem(path, format!("{what} {NOT_YET}"));
-        }
-    }
-
-    fn name(&mut self, path: &str, name: &str, what: &str) {
-        let ok = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !ok {
-            self.problem(
-                path,
-                format!(
-                    "{what} name `{name}` must be non-empty and use only a-z, 0-9, `_` and `-`"
-                ),
-            );
-        }
-    }
-}
-
-fn leaf(path: &str) -> &str {
-    path.rsplit('.').next().unwrap_or(path)
-}
-
 /// Validates `file`; on success also returns the warnings.
 pub(super) fn validate(
     file: FileConfig,
     index: &PositionIndex,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
-    let mut c = Checker {
-        index,
-        problems: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let mut c = Checker::new(index, env);
 
     let server = server(&mut c, &file.server);
     let client_ip = client_ip(&mut c, &file.client_ip);
