@@ -12,6 +12,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod config;
+pub mod context;
 pub mod drain;
 pub mod front_door;
 pub mod headers;
@@ -20,8 +21,10 @@ pub mod identity;
 pub mod keys;
 pub mod limiter;
 pub mod metrics;
+pub mod policy;
 pub mod proxy;
 pub mod reload;
+pub mod request;
 pub mod route;
 pub mod state;
 pub mod target;

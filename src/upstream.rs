@@ -2,6 +2,7 @@
 
 use crate::config::UpstreamConfig;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
+use pingora::prelude::HttpPeer;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,16 @@ impl Upstream {
     /// Read timeout on a server's response.
     pub fn read_timeout(&self) -> Duration {
         self.config.read_timeout
+    }
+
+    /// A peer for the next server in turn (round robin over the healthy
+    /// ones), with this pool's timeouts; `None` when no server is healthy.
+    pub fn peer(&self) -> Option<HttpPeer> {
+        let backend = self.balancer.select(b"", 256)?;
+        let mut peer = HttpPeer::new(backend, false, String::new());
+        peer.options.connection_timeout = Some(self.connect_timeout());
+        peer.options.read_timeout = Some(self.read_timeout());
+        Some(peer)
     }
 
     /// Whether a health check is due at `now`; if so, the next one is

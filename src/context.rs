@@ -1,0 +1,104 @@
+//! What one request carries between the proxy's filters: the state it is
+//! served with, its route, what the limits said, and what goes upstream.
+
+use crate::access_log::AccessLogLine;
+use crate::config::RouteAction;
+use crate::limiter::Decision;
+use crate::policy::{HeldLeases, Verdict};
+use crate::request::request_path;
+use crate::state::{CompiledRoute, GatewayState};
+use pingora::http::RequestHeader;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Per-request state shared between the filters.
+pub struct RequestCtx {
+    /// The configuration this request is served with, from start to end.
+    pub state: Arc<GatewayState>,
+    pub route: Option<usize>,
+    pub started: Instant,
+    /// The enforced limits' decisions, most restrictive first: what the
+    /// headers report.
+    pub rate: Vec<(usize, Decision)>,
+    /// Concurrency leases to release when the response ends.
+    pub leases: Option<HeldLeases>,
+    /// What the limiter decided, for the access log.
+    pub verdict: Option<Verdict>,
+    /// The client IP, once known.
+    pub client: Option<IpAddr>,
+    /// The upstream server chosen.
+    pub upstream_addr: Option<String>,
+    /// The canonical path, when it is not the path as received (which is
+    /// then canonical already): what routes, keys and the upstream see.
+    pub path: Option<String>,
+    /// The origin-form target to send upstream instead of the one received.
+    pub upstream_target: Option<Vec<u8>>,
+    /// The Host to send upstream for an absolute-form request without one.
+    pub upstream_host: Option<Vec<u8>>,
+}
+
+impl RequestCtx {
+    /// A context for a request served with `state`, started now.
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        RequestCtx {
+            state,
+            route: None,
+            started: Instant::now(),
+            rate: Vec::new(),
+            leases: None,
+            verdict: None,
+            client: None,
+            upstream_addr: None,
+            path: None,
+            upstream_target: None,
+            upstream_host: None,
+        }
+    }
+
+    /// The matched route, if any.
+    pub fn route(&self) -> Option<&CompiledRoute> {
+        self.route.map(|i| &self.state.compiled[i])
+    }
+
+    /// The canonical path of `req`, this context's request.
+    pub fn path<'a>(&'a self, req: &'a RequestHeader) -> &'a str {
+        request_path(&self.path, req)
+    }
+
+    /// The access-log line of this request, which ended with `status`.
+    pub fn log_line<'a>(
+        &'a self,
+        req: &'a RequestHeader,
+        status: u16,
+        client: IpAddr,
+    ) -> AccessLogLine<'a> {
+        let (ctx, state, route) = (self, &self.state, self.route());
+        let upstream = match route.map(|r| &r.action) {
+            Some(RouteAction::Upstream(u)) if ctx.upstream_addr.is_some() => {
+                Some(state.upstreams[*u].name())
+            }
+            _ => None,
+        };
+        let verdict = ctx.verdict;
+        let (path, truncated) = AccessLogLine::capped(request_path(&ctx.path, req));
+        AccessLogLine {
+            time: AccessLogLine::now(),
+            route: route.map_or("_unmatched", |r| r.name.as_str()),
+            method: req.method.as_str(),
+            path,
+            truncated,
+            status,
+            upstream,
+            upstream_addr: ctx.upstream_addr.as_deref(),
+            duration_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+            decision: verdict.map(|v| v.label.name()),
+            limit: verdict
+                .and_then(|v| v.limit)
+                .zip(route)
+                .map(|(i, r)| r.limits[i].config.name.as_str()),
+            source: verdict.map(|v| v.source.label()),
+            client,
+        }
+    }
+}

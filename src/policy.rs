@@ -1,0 +1,520 @@
+//! The policy step: what the gateway decides about a request before it is
+//! proxied. It turns the running state, the matched route and a view of the
+//! request into a [`Judgement`]: proceed (with the rate entries the headers
+//! report and the concurrency leases to release at the end), or a
+//! [`Rejection`] that renders its own status, headers and JSON body.
+//!
+//! The rules here, each unit-tested below:
+//! - identity is checked on every route when it is required, otherwise only
+//!   where limits need it, so a token is never verified for nothing;
+//! - a denial is counted against the enforced limits that denied it, a shadow
+//!   limit that would deny counts `shadow_deny` whatever the others did;
+//! - the enforced limit that denies longest names a denial, and its wait
+//!   rounded up to whole seconds (at least 1) is the `Retry-After`;
+//! - headers describe the enforced limits, most restrictive first.
+//!
+//! Nothing here touches a Pingora session: the proxy reads the request head
+//! and the peer address into a [`RequestView`] and writes the [`Reply`].
+
+use crate::config::{Algorithm, EscapedSlashes, OnMissing};
+use crate::headers::{self, ceil_secs};
+use crate::identity::User;
+use crate::keys::{build_key, RequestParts};
+use crate::limiter::{Decision, LimitCheck, Outcome, Source};
+use crate::metrics::DecisionLabel;
+use crate::request::{canonical_request, header_values};
+use crate::state::{CompiledRoute, GatewayState};
+use bytes::Bytes;
+use http::HeaderValue;
+use pingora::http::RequestHeader;
+use serde::Serialize;
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// The parts of a request the policy reads.
+pub struct RequestView<'a> {
+    /// The request head, as it will go upstream.
+    pub head: &'a RequestHeader,
+    /// The socket peer (loopback when the connection is not over IP).
+    pub peer: IpAddr,
+    /// The canonical path.
+    pub path: &'a str,
+}
+
+/// Why a request is answered by the gateway instead of the upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection<'a> {
+    /// The target or Host cannot be made canonical: 400.
+    BadRequest,
+    /// No route matches: 404.
+    NotFound,
+    /// A required identity is missing or invalid: 401.
+    Unauthorized,
+    /// An enforced limit denies (`response.status`, 429 by default).
+    TooMany {
+        /// The status to answer with.
+        status: u16,
+        /// The route's name.
+        route: &'a str,
+        /// The denying limit's name (empty when none can be named).
+        limit: &'a str,
+        /// Whole seconds to wait, at least 1.
+        retry_after: u64,
+        /// The rate-limit headers.
+        headers: Vec<(&'static str, HeaderValue)>,
+    },
+    /// The limiter failed and `on_error: deny` refuses: 503.
+    Unavailable {
+        /// The route's name.
+        route: &'a str,
+    },
+}
+
+/// A response the gateway writes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// Further headers, in order.
+    pub headers: Vec<(&'static str, HeaderValue)>,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+/// The JSON body of every rejection; absent fields are left out.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u64>,
+}
+
+impl ErrorBody<'_> {
+    fn only(error: &'static str) -> Self {
+        ErrorBody {
+            error,
+            route: None,
+            limit: None,
+            retry_after_seconds: None,
+        }
+    }
+}
+
+impl Rejection<'_> {
+    /// The response that says this rejection: its status, headers and a
+    /// JSON body `{"error": ...}` with the route, limit and wait it concerns.
+    pub fn reply(&self) -> Reply {
+        let (status, headers, body) = match self {
+            Rejection::BadRequest => (400, Vec::new(), ErrorBody::only("bad_request")),
+            Rejection::NotFound => (404, Vec::new(), ErrorBody::only("not_found")),
+            Rejection::Unauthorized => (
+                401,
+                vec![(
+                    "www-authenticate",
+                    HeaderValue::from_static(r#"Bearer error="invalid_token""#),
+                )],
+                ErrorBody::only("unauthorized"),
+            ),
+            Rejection::TooMany {
+                status,
+                route,
+                limit,
+                retry_after,
+                headers,
+            } => {
+                let mut all = Vec::with_capacity(headers.len() + 1);
+                all.push(("retry-after", HeaderValue::from(*retry_after)));
+                all.extend(headers.iter().cloned());
+                let body = ErrorBody {
+                    error: "too_many_requests",
+                    route: Some(route),
+                    limit: Some(limit),
+                    retry_after_seconds: Some(*retry_after),
+                };
+                (*status, all, body)
+            }
+            Rejection::Unavailable { route } => (
+                503,
+                vec![("retry-after", HeaderValue::from_static("1"))],
+                ErrorBody {
+                    route: Some(route),
+                    ..ErrorBody::only("rate_limiter_unavailable")
+                },
+            ),
+        };
+        // Serialising plain strings and numbers cannot fail.
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        Reply {
+            status,
+            content_type: "application/json",
+            headers,
+            body: body.into(),
+        }
+    }
+}
+
+/// A `respond:` route's answer, with the rate headers of its limits.
+pub fn fixed_reply(status: u16, body: &str, headers: Vec<(&'static str, HeaderValue)>) -> Reply {
+    Reply {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        headers,
+        body: Bytes::copy_from_slice(body.as_bytes()),
+    }
+}
+
+/// Where a request goes: its route and what to send upstream instead of
+/// what was received.
+#[derive(Debug)]
+pub struct Routed {
+    /// Index into the state's routes.
+    pub route: usize,
+    /// The canonical path, when it differs from the received one.
+    pub rewritten_path: Option<String>,
+    /// The origin-form target to send upstream, when rewritten.
+    pub upstream_target: Option<Vec<u8>>,
+    /// The `Host` to send upstream, for absolute-form without one.
+    pub upstream_host: Option<Vec<u8>>,
+}
+
+/// Matches the canonical request to a route: 400 when it cannot be made
+/// canonical, 404 when no route matches.
+pub fn route(
+    state: &GatewayState,
+    head: &RequestHeader,
+    slashes: EscapedSlashes,
+) -> Result<Routed, Rejection<'static>> {
+    let canonical = canonical_request(head, slashes).map_err(|e| {
+        log::debug!("bad request target: {e}");
+        Rejection::BadRequest
+    })?;
+    let found = state.routes.find(
+        head.method.as_str(),
+        canonical.host.as_deref(),
+        &canonical.path,
+    );
+    let route = found.ok_or(Rejection::NotFound)?;
+    Ok(Routed {
+        route,
+        rewritten_path: canonical.rewritten_path,
+        upstream_target: canonical.upstream_target,
+        upstream_host: canonical.upstream_host,
+    })
+}
+
+/// The limiter's decision on a request, as the access log reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Allow, deny or shadow deny.
+    pub label: DecisionLabel,
+    /// The limit that denied (or would have, for shadow), by index.
+    pub limit: Option<usize>,
+    /// For a denial, how long until the denying limit would admit it.
+    pub retry_after: Duration,
+    /// Who decided.
+    pub source: Source,
+}
+
+/// The concurrency leases an admitted request holds until it ends.
+#[derive(Debug)]
+pub struct HeldLeases {
+    keys: Vec<(usize, String)>,
+    outcome: Outcome,
+}
+
+impl HeldLeases {
+    /// Hands the leases back to the limiter that granted them.
+    pub async fn release(self, state: &GatewayState, route: &CompiledRoute) {
+        let checks = checks(route, &self.keys);
+        state.decider.release(&checks, &self.outcome).await;
+    }
+}
+
+/// What the limits said about a request, whatever its outcome.
+#[derive(Debug, Default)]
+pub struct LimitReport {
+    /// (limit index, decision) of the enforced limits that applied, most
+    /// restrictive (least remaining) first: what the headers report.
+    pub rate: Vec<(usize, Decision)>,
+    /// What the limiter decided, if it was asked.
+    pub verdict: Option<Verdict>,
+    /// The client IP, when the limits needed it.
+    pub client: Option<IpAddr>,
+}
+
+/// What to do with a routed request.
+#[derive(Debug)]
+pub enum Step<'a> {
+    /// Serve it; release these leases when it ends.
+    Proceed(Option<HeldLeases>),
+    /// Answer it with this.
+    Reject(Rejection<'a>),
+}
+
+/// The policy's answer for one routed request.
+#[derive(Debug)]
+pub struct Judgement<'a> {
+    /// For the headers and the access log.
+    pub report: LimitReport,
+    /// Proceed or reject.
+    pub step: Step<'a>,
+}
+
+/// Applies the identity rules and the route's limits to the request.
+pub async fn judge<'a>(
+    state: &GatewayState,
+    route: &'a CompiledRoute,
+    view: &RequestView<'_>,
+) -> Judgement<'a> {
+    let mut report = LimitReport::default();
+    let needs_user = state.identity.required() || !route.limits.is_empty();
+    let user = match needs_user.then(|| request_user(state, view)) {
+        None => None,
+        Some(Ok(user)) => user,
+        Some(Err(())) => {
+            return Judgement {
+                report,
+                step: Step::Reject(Rejection::Unauthorized),
+            }
+        }
+    };
+    if route.limits.is_empty() {
+        return Judgement {
+            report,
+            step: Step::Proceed(None),
+        };
+    }
+    let client = client_ip(state, view.head, view.peer);
+    report.client = Some(client);
+    let keys = limit_keys(state, route, view, client, user.as_deref());
+    if keys.is_empty() {
+        return Judgement {
+            report,
+            step: Step::Proceed(None),
+        };
+    }
+    let outcome = state.decider.decide(&checks(route, &keys)).await;
+    count_decisions(route, &keys, &outcome);
+    report.rate = rate_entries(route, &keys, &outcome.decisions);
+    let verdict = verdict(route, &keys, &outcome);
+    report.verdict = Some(verdict);
+    let step = if outcome.source == Source::FailClosed {
+        Step::Reject(Rejection::Unavailable { route: &route.name })
+    } else if !outcome.admitted {
+        Step::Reject(Rejection::TooMany {
+            status: state.config.response.status,
+            route: &route.name,
+            limit: verdict
+                .limit
+                .map(|i| route.limits[i].config.name.as_str())
+                .unwrap_or(""),
+            retry_after: ceil_secs(verdict.retry_after).max(1),
+            headers: rate_headers(state, Some(route), &report.rate),
+        })
+    } else {
+        Step::Proceed(held_leases(route, keys, outcome))
+    };
+    Judgement { report, step }
+}
+
+/// The configured rate-limit headers for `entries` (see [`headers`]).
+pub fn rate_headers(
+    state: &GatewayState,
+    route: Option<&CompiledRoute>,
+    entries: &[(usize, Decision)],
+) -> Vec<(&'static str, HeaderValue)> {
+    let Some(route) = route else {
+        return Vec::new();
+    };
+    let entries = entries.iter().map(|(i, d)| (&route.limits[*i].config, d));
+    headers::rate_headers(state.config.response.headers, entries)
+}
+
+/// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).
+pub fn client_ip(state: &GatewayState, head: &RequestHeader, peer: IpAddr) -> IpAddr {
+    let forwarded = head.headers.get_all("x-forwarded-for");
+    state
+        .client_ip
+        .client_ip(peer, forwarded.iter().map(|v| v.as_bytes()))
+}
+
+/// The request's identity: `Err(())` when one is required and missing or
+/// invalid (answer 401).
+fn request_user<'v>(
+    state: &GatewayState,
+    view: &RequestView<'v>,
+) -> Result<Option<Cow<'v, [u8]>>, ()> {
+    let trusted = state.client_ip.is_trusted(view.peer);
+    let head = view.head;
+    match state
+        .identity
+        .user(|name| header_values(head, name), trusted)
+    {
+        User::Known(user) => Ok(Some(user)),
+        User::Invalid(_) | User::Absent if state.identity.required() => Err(()),
+        User::Invalid(reason) => {
+            log::debug!("identity ignored: {reason}");
+            Ok(None)
+        }
+        User::Absent => Ok(None),
+    }
+}
+
+/// The counter keys of the route's limits for this request, as (limit
+/// index, key). Limits whose key part is missing with `on_missing: skip`
+/// are left out.
+fn limit_keys(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    view: &RequestView<'_>,
+    client: IpAddr,
+    user: Option<&[u8]>,
+) -> Vec<(usize, String)> {
+    let ip_text = state.client_ip.key_text(client);
+    let header = |name: &str| view.head.headers.get(name).map(|v| v.as_bytes());
+    let parts = RequestParts {
+        ip: &ip_text,
+        user,
+        method: view.head.method.as_str(),
+        path: view.path.as_bytes(),
+        header: &header,
+    };
+    let prefix = &state.config.limiter.redis.key_prefix;
+    let key_of = |(i, limit): (usize, &crate::state::CompiledLimit)| {
+        let c = &limit.config;
+        // A shared counter is named by its share, under the route name `*`,
+        // which no route can have.
+        let (scope, name) = match &c.share {
+            Some(share) => ("*", share.as_str()),
+            None => (route.name.as_str(), c.name.as_str()),
+        };
+        let on_missing_ip = c.on_missing == OnMissing::Ip;
+        build_key(prefix, scope, name, &c.key, &parts, on_missing_ip).map(|key| (i, key))
+    };
+    route.limits.iter().enumerate().filter_map(key_of).collect()
+}
+
+/// The limiter's view of the keyed limits.
+fn checks<'k>(route: &CompiledRoute, keys: &'k [(usize, String)]) -> Vec<LimitCheck<'k>> {
+    keys.iter()
+        .map(|(i, key)| {
+            let c = &route.limits[*i].config;
+            LimitCheck {
+                key,
+                limit: c.limit,
+                window: c.window,
+                cost: c.cost,
+                algorithm: c.algorithm,
+                shadow: c.shadow,
+            }
+        })
+        .collect()
+}
+
+/// Counts the decision in `sluice_ratelimit_decisions_total`.
+fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) {
+    let admitted = outcome.admitted;
+    if matches!(outcome.source, Source::FailOpen | Source::FailClosed) {
+        let label = if admitted {
+            DecisionLabel::Allow
+        } else {
+            DecisionLabel::Deny
+        };
+        for (i, _) in keys {
+            route.limits[*i].counters.inc(label, outcome.source);
+        }
+        return;
+    }
+    for ((i, _), decision) in keys.iter().zip(&outcome.decisions) {
+        let limit = &route.limits[*i];
+        // A denied request is counted against the limits that denied it; the
+        // others neither admitted it nor consumed anything.
+        let label = match (limit.config.shadow, decision.allowed, admitted) {
+            (true, false, _) => DecisionLabel::ShadowDeny,
+            (_, _, true) => DecisionLabel::Allow,
+            (false, false, false) => DecisionLabel::Deny,
+            (_, true, false) => continue,
+        };
+        limit.counters.inc(label, outcome.source);
+    }
+}
+
+/// The enforced limits' decisions, most restrictive first.
+fn rate_entries(
+    route: &CompiledRoute,
+    keys: &[(usize, String)],
+    decisions: &[Decision],
+) -> Vec<(usize, Decision)> {
+    let mut entries: Vec<(usize, Decision)> = keys
+        .iter()
+        .zip(decisions)
+        .filter(|((i, _), _)| !route.limits[*i].config.shadow)
+        .map(|((i, _), d)| (*i, *d))
+        .collect();
+    entries.sort_by_key(|(_, d)| d.remaining);
+    entries
+}
+
+/// What the access log says the limiter decided.
+fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -> Verdict {
+    let shadow = |i: &usize| route.limits[*i].config.shadow;
+    let mut denials = keys
+        .iter()
+        .zip(&outcome.decisions)
+        .filter(|(_, d)| !d.allowed);
+    let (label, limit, retry_after) = if !outcome.admitted {
+        // The enforced limit that denies longest names the denial.
+        match denials
+            .filter(|((i, _), _)| !shadow(i))
+            .max_by_key(|(_, d)| d.retry_after)
+        {
+            Some(((i, _), d)) => (DecisionLabel::Deny, Some(*i), d.retry_after),
+            None => (DecisionLabel::Deny, None, Duration::ZERO),
+        }
+    } else {
+        match denials.find(|((i, _), _)| shadow(i)) {
+            Some(((i, _), _)) => (DecisionLabel::ShadowDeny, Some(*i), Duration::ZERO),
+            None => (DecisionLabel::Allow, None, Duration::ZERO),
+        }
+    };
+    Verdict {
+        label,
+        limit,
+        retry_after,
+        source: outcome.source,
+    }
+}
+
+/// The admitted concurrency leases to release when the request ends.
+fn held_leases(
+    route: &CompiledRoute,
+    keys: Vec<(usize, String)>,
+    outcome: Outcome,
+) -> Option<HeldLeases> {
+    let is_lease = |i: usize| {
+        matches!(
+            route.limits[i].config.algorithm,
+            Algorithm::Concurrency { .. }
+        )
+    };
+    let held: Vec<(usize, String)> = keys
+        .into_iter()
+        .zip(&outcome.decisions)
+        .filter(|((i, _), d)| d.allowed && is_lease(*i))
+        .map(|(entry, _)| entry)
+        .collect();
+    (!held.is_empty()).then_some(HeldLeases {
+        keys: held,
+        outcome,
+    })
+}
+
+#[cfg(test)]
+mod tests;
