@@ -182,7 +182,7 @@ fn start_all() -> Bench {
     let redis = RedisServer::start();
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(sluice::limiter::redis::DECIDE_SCRIPT)
+        .arg(sluice::limiter::wire::DECIDE_SCRIPT)
         .query(&mut redis.connection())
         .expect("SCRIPT LOAD");
     let upstream_port = free_port();

@@ -3,11 +3,14 @@
 //!
 //! Dependencies point one way: [`state`] builds what requests need from a
 //! [`config::Config`] ([`route`], [`keys`], [`identity`], [`limiter`],
-//! [`upstream`]); [`proxy`] glues it to Pingora and [`metrics`], after
-//! [`target`] has made the request target canonical; [`front_door`] bounds
-//! what each client connection may hold; [`reload`] swaps the state on
-//! `SIGHUP`; [`limiter`] knows nothing of HTTP; [`config`] knows nothing of
-//! Redis or Pingora sessions.
+//! [`upstream`]); [`policy`] decides what to do with a request (over
+//! [`request`], which reads the head, and [`headers`]); [`proxy`] glues that
+//! to Pingora, [`context`] and [`metrics`]; [`front_door`] bounds what each
+//! client connection may hold; [`reload`] swaps the state on `SIGHUP`.
+//! [`limiter`] knows nothing of HTTP, Pingora or metrics (it reports through
+//! its own observer trait); [`config`] knows nothing of Redis or Pingora
+//! sessions; [`target`] and [`sync`] depend on nothing of sluice's.
+//! `tests/layering.rs` fails when one of these rules is broken.
 
 pub mod access_log;
 pub mod admin;
@@ -27,5 +30,6 @@ pub mod reload;
 pub mod request;
 pub mod route;
 pub mod state;
+pub mod sync;
 pub mod target;
 pub mod upstream;

@@ -11,6 +11,7 @@ use crate::config::diff::{diff, ConfigDiff};
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::state::{BuildError, GatewayState, SharedState};
+use crate::sync::Locked;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -128,11 +129,7 @@ impl Reloader {
 #[async_trait]
 impl BackgroundService for Reloader {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let taken = self
-            .hangups
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let taken = self.hangups.locked().take();
         let Some(read) = taken else {
             return;
         };

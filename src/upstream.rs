@@ -1,6 +1,7 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
 use crate::config::UpstreamConfig;
+use crate::sync::Locked;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
 use pingora::prelude::HttpPeer;
 use std::sync::Mutex;
@@ -65,7 +66,7 @@ impl Upstream {
         let Some(interval) = self.config.health_check else {
             return false;
         };
-        let mut next = self.next_check.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = self.next_check.locked();
         match *next {
             Some(due) if due <= now => {
                 *next = Some(now + interval);

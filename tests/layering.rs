@@ -4,7 +4,9 @@
 //! - `limiter` knows nothing of HTTP, Pingora, the proxy or the metrics (it
 //!   reports through the `RedisObserver` trait it owns);
 //! - `config` knows nothing of Redis, Pingora or the limiter;
-//! - `target` (the canonical request target) is pure.
+//! - `policy` and `request` decide from the request head alone: no Pingora
+//!   session, no proxy, no per-request context;
+//! - `target` (the canonical request target) and `sync` are pure.
 
 use std::path::{Path, PathBuf};
 
@@ -59,6 +61,9 @@ fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
         "crate::metrics",
         "crate::front_door",
         "crate::headers",
+        "crate::policy",
+        "crate::context",
+        "crate::request",
         "crate::access_log",
         "crate::admin",
         "pingora",
@@ -97,4 +102,28 @@ fn the_canonical_target_is_pure() {
     let forbidden = ["crate::", "pingora", "http::", "redis::", "tokio"];
     let found = offending(&files, &forbidden);
     assert!(found.is_empty(), "target.rs imports:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_policy_step_never_sees_a_session() {
+    let files = vec![src("policy.rs"), src("request.rs")];
+    let forbidden = [
+        "pingora::proxy",
+        "Session",
+        "crate::proxy",
+        "crate::context",
+        "crate::front_door",
+    ];
+    let found = offending(&files, &forbidden);
+    assert!(
+        found.is_empty(),
+        "the policy step reaches into the proxy:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_lock_helpers_are_pure() {
+    let found = offending(&[src("sync.rs")], &["crate::", "pingora", "tokio"]);
+    assert!(found.is_empty(), "sync.rs imports:\n{}", found.join("\n"));
 }

@@ -25,6 +25,7 @@
 //! within about a second. Time is passed in, so the state machine is tested
 //! with a fake clock.
 
+use crate::sync::Locked;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ impl CircuitBreaker {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
         // Phase is a plain value, always whole: poisoning cannot corrupt it.
-        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+        self.phase.locked()
     }
 
     /// Whether a call may be made at `now`.

@@ -13,10 +13,11 @@
 //! `on_error` while the other shards keep exact limiting. The slot → primary
 //! map comes from `CLUSTER SLOTS` and is refreshed whenever a node fails.
 
-use super::circuit::{CircuitBreaker, Permit, Transition};
+use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
-use super::redis::{parse_reply, push_args, Mode, DECIDE_SCRIPT};
+use super::wire::{self, parse_reply, push_args, Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
+use crate::sync::{Locked, ReadWriteLocked};
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -24,10 +25,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Redis Cluster limiter: a cheap handle to one shared state (connection,
+/// slot map, circuits), cloned into its background tasks.
+#[derive(Clone)]
+pub struct ClusterLimiter(Arc<Shared>);
 
-/// Redis Cluster limiter, shared by all request tasks.
-pub struct ClusterLimiter {
+impl std::ops::Deref for ClusterLimiter {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What every clone of a [`ClusterLimiter`] shares.
+pub struct Shared {
     client: ClusterClient,
     budget: Duration,
     script: redis::Script,
@@ -55,10 +67,10 @@ impl ClusterLimiter {
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(budget.max(Duration::from_millis(100)))
             .retries(1)
-            .tcp_settings(super::redis::no_delay())
+            .tcp_settings(wire::no_delay())
             .build()
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster nodes: {e}")))?;
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             client,
             budget,
             script: redis::Script::new(DECIDE_SCRIPT),
@@ -66,21 +78,15 @@ impl ClusterLimiter {
             slots: RwLock::new(Vec::new()),
             circuits: Mutex::new(HashMap::new()),
             observer,
-        })
-    }
-
-    /// Healthy unless every known primary's circuit is open.
-    pub fn is_healthy(&self) -> bool {
-        let circuits = self.circuits.lock().unwrap_or_else(|p| p.into_inner());
-        circuits.is_empty() || circuits.values().any(|c| !c.is_open())
+        })))
     }
 
     fn current(&self) -> Option<ClusterConnection> {
         self.connection.current()
     }
 
-    async fn connection(self: &Arc<Self>) -> Result<ClusterConnection, LimiterError> {
-        let this = Arc::clone(self);
+    async fn connection(&self) -> Result<ClusterConnection, LimiterError> {
+        let this = self.clone();
         self.connection
             .get(move || {
                 tokio::spawn(async move { this.connect().await });
@@ -89,7 +95,7 @@ impl ClusterLimiter {
             .ok_or_else(|| LimiterError::Io("cannot connect to the Redis Cluster".into()))
     }
 
-    async fn connect(self: Arc<Self>) {
+    async fn connect(self) {
         let conn =
             match tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_connection()).await {
                 Ok(Ok(mut conn)) => {
@@ -122,7 +128,7 @@ impl ClusterLimiter {
             Ok(Ok(value)) => {
                 let ranges = parse_cluster_slots(&value);
                 if !ranges.is_empty() {
-                    *self.slots.write().unwrap_or_else(|p| p.into_inner()) = ranges;
+                    *self.slots.write_locked() = ranges;
                 }
             }
             Ok(Err(e)) => log::debug!("CLUSTER SLOTS failed: {e}"),
@@ -132,7 +138,7 @@ impl ClusterLimiter {
 
     fn node_of(&self, key: &str) -> String {
         let slot = key_slot(key.as_bytes());
-        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots.read_locked();
         slots
             .iter()
             .find(|r| r.start <= slot && slot <= r.end)
@@ -141,50 +147,24 @@ impl ClusterLimiter {
     }
 
     fn circuit(&self, node: &str) -> Arc<CircuitBreaker> {
-        let mut circuits = self.circuits.lock().unwrap_or_else(|p| p.into_inner());
+        let mut circuits = self.circuits.locked();
         Arc::clone(
-            circuits.entry(node.to_string()).or_insert_with(|| {
-                Arc::new(CircuitBreaker::new(CONNECT_TIMEOUT.max(self.budget * 2)))
-            }),
+            circuits
+                .entry(node.to_string())
+                .or_insert_with(|| Arc::new(wire::circuit_for(self.budget))),
         )
     }
 
-    fn record_failure(self: &Arc<Self>, node: &str, error: &LimiterError) {
-        self.observer.call_failed(error);
-        let Some(failure) = error.circuit_failure() else {
-            log::warn!("rate-limit decision failed for one key: {error}");
-            return;
-        };
-        let now = Instant::now();
-        if let Transition::Opened(wait) = self.circuit(node).on_failure(now, now, failure) {
-            log::warn!(
-                "Redis Cluster node {node} unhealthy ({error}): its circuit is open for {wait:?}"
-            );
-            self.observer.set_up(false);
+    /// Reports a failed call to `node`; when that opens its circuit, the
+    /// slot map is refreshed (the slots may have moved to a replica).
+    fn record_failure(&self, node: &str, error: &LimiterError) {
+        let circuit = self.circuit(node);
+        let started = Instant::now();
+        if wire::record_failure(&*self.observer, &circuit, error, started, node) {
             if let Some(mut conn) = self.current() {
-                let this = Arc::clone(self);
+                let this = self.clone();
                 tokio::spawn(async move { this.refresh_slots(&mut conn).await });
             }
-        }
-    }
-
-    fn classify(error: redis::RedisError) -> LimiterError {
-        if error.is_connection_refusal() {
-            LimiterError::Refused(error.to_string())
-        } else if error.is_io_error() || error.is_connection_dropped() {
-            LimiterError::Io(error.to_string())
-        } else if error.is_timeout() {
-            LimiterError::Timeout(Duration::ZERO)
-        } else if error.is_cluster_error()
-            || error
-                .code()
-                .is_some_and(|c| super::redis::UNHEALTHY_CODES.contains(&c))
-        {
-            // MOVED/ASK reaching us means the client could not follow them:
-            // the owner of the slot is unreachable or the topology is in flux.
-            LimiterError::Unavailable(error.to_string())
-        } else {
-            LimiterError::Server(error.to_string())
         }
     }
 
@@ -209,17 +189,17 @@ impl ClusterLimiter {
         .await
         {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(Self::classify(e)),
+            Ok(Err(e)) => Err(wire::classify(&e, self.budget)),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         }
     }
 
     /// Gives back, in the background, the units this request took.
-    fn refund(self: &Arc<Self>, conn: &ClusterConnection, taken: Vec<Taken>, member: &str) {
+    fn refund(&self, conn: &ClusterConnection, taken: Vec<Taken>, member: &str) {
         if taken.is_empty() {
             return;
         }
-        let this = Arc::clone(self);
+        let this = self.clone();
         let conn = conn.clone();
         let member = member.to_string();
         tokio::spawn(async move {
@@ -249,7 +229,7 @@ impl ClusterLimiter {
     }
 
     async fn decide(
-        self: &Arc<Self>,
+        &self,
         checks: &[LimitCheck<'_>],
         member: &str,
         deadline: Instant,
@@ -273,11 +253,7 @@ impl ClusterLimiter {
                 .and_then(|value| parse_reply(value, 1));
             match reply {
                 Ok((mut one, now)) => {
-                    if self.circuit(node).on_success() == Transition::Closed {
-                        log::info!(
-                            "Redis Cluster node {node} answers again: its circuit is closed"
-                        );
-                    }
+                    wire::circuit_success(&self.circuit(node), node);
                     let decision = one.remove(0);
                     if decision.allowed {
                         taken.push(Taken {
@@ -333,7 +309,7 @@ struct Taken {
 }
 
 #[async_trait]
-impl Limiter for Arc<ClusterLimiter> {
+impl Limiter for ClusterLimiter {
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],
@@ -366,6 +342,12 @@ impl Limiter for Arc<ClusterLimiter> {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Healthy unless every known primary's circuit is open.
+    fn is_healthy(&self) -> bool {
+        let circuits = self.circuits.locked();
+        circuits.is_empty() || circuits.values().any(|c| !c.is_open())
     }
 }
 

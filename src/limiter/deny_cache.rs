@@ -20,14 +20,9 @@
 //! expired a new denial is simply not remembered (the cache only ever saves
 //! work; forgetting is always safe).
 
+use super::sharded::ShardedMap;
 use super::{Decision, LimitCheck};
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-const SHARDS: usize = 16;
 
 /// A remembered denial.
 #[derive(Debug, Clone, Copy)]
@@ -53,8 +48,6 @@ impl Denial {
     }
 }
 
-type Shard = HashMap<String, Denial>;
-
 /// Whether a denial of `check` may be answered from the cache.
 fn cacheable(check: &LimitCheck<'_>) -> bool {
     !check.shadow && check.algorithm.denial_is_timed()
@@ -62,16 +55,14 @@ fn cacheable(check: &LimitCheck<'_>) -> bool {
 
 /// Keys denied until a known instant.
 pub struct DenyCache {
-    shards: Vec<Mutex<Shard>>,
-    shard_capacity: usize,
+    denials: ShardedMap<Denial>,
 }
 
 impl DenyCache {
     /// A cache holding at most about `max_keys` keys.
     pub fn new(max_keys: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            shard_capacity: max_keys.div_ceil(SHARDS).max(1),
+            denials: ShardedMap::new(max_keys),
         }
     }
 
@@ -114,10 +105,11 @@ impl DenyCache {
             if decision.allowed || decision.retry_after.is_zero() || !cacheable(check) {
                 continue;
             }
-            let mut shard = self.shard(check.key);
-            if shard.len() >= self.shard_capacity && !shard.contains_key(check.key) {
+            let capacity = self.denials.shard_capacity();
+            let mut shard = self.denials.shard(check.key);
+            if shard.len() >= capacity && !shard.contains_key(check.key) {
                 shard.retain(|_, denial| denial.until > now);
-                if shard.len() >= self.shard_capacity {
+                if shard.len() >= capacity {
                     continue;
                 }
             }
@@ -135,7 +127,7 @@ impl DenyCache {
     }
 
     fn denied_for(&self, check: &LimitCheck<'_>, now: Instant) -> Option<Duration> {
-        let mut shard = self.shard(check.key);
+        let mut shard = self.denials.shard(check.key);
         let denial = *shard.get(check.key)?;
         if denial.until > now {
             denial.answers(check).then(|| denial.until - now)
@@ -143,15 +135,6 @@ impl DenyCache {
             shard.remove(check.key);
             None
         }
-    }
-
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
-        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
-        // An entry is a plain (key, instant) pair: a panic elsewhere cannot
-        // leave it half-written, so poisoning is ignored.
-        shard.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -270,7 +253,7 @@ mod tests {
             let key = format!("k{i}");
             cache.remember(&[check(&key)], &[denied(60_000)], t0);
         }
-        let held: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        let held = cache.denials.len();
         assert!(held <= 16, "{held}");
     }
 }

@@ -5,6 +5,7 @@
 //! so a slow connect never holds a request past its budget and never runs
 //! twice at once. Used by the standalone and the cluster Redis backends.
 
+use crate::sync::ReadWriteLocked;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use tokio::sync::Notify;
@@ -28,12 +29,12 @@ impl<C: Clone> LazyConnection<C> {
 
     /// The connection, if one is established.
     pub(super) fn current(&self) -> Option<C> {
-        self.slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.slot.read_locked().clone()
     }
 
     /// Forgets the connection; the next `get` connects again.
     pub(super) fn clear(&self) {
-        *self.slot.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.slot.write_locked() = None;
     }
 
     /// The connection; if there is none, calls `start_connect` (which must
@@ -59,7 +60,7 @@ impl<C: Clone> LazyConnection<C> {
     /// Ends a connect attempt: stores `conn` (if it succeeded) and wakes the waiters.
     pub(super) fn finish(&self, conn: Option<C>) {
         if let Some(conn) = conn {
-            *self.slot.write().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+            *self.slot.write_locked() = Some(conn);
         }
         self.connecting.store(false, Ordering::Release);
         self.done.notify_waiters();

@@ -12,6 +12,8 @@ mod lazy;
 pub mod local;
 pub mod reconcile;
 pub mod redis;
+pub mod sharded;
+pub mod wire;
 
 pub use crate::config::Algorithm;
 use crate::config::{Backend, LimiterConfig, OnError};
@@ -160,6 +162,16 @@ pub trait Limiter: Send + Sync {
     /// Releases the `concurrency` leases `member` took on `checks` (the
     /// response ended). Leases not released expire by themselves.
     async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
+
+    /// Whether it is taken to be able to decide now: false while a remote
+    /// backend's circuit is open (then it is not even called).
+    fn is_healthy(&self) -> bool {
+        true
+    }
+
+    /// Told what `on_error` answered the request `member` whose decision
+    /// ran out of budget, for a backend that may still run it late.
+    fn note_fallback(&self, _member: &str, _admitted: bool) {}
 }
 
 /// Whether `checks` admit the request, given one decision per check: every
@@ -225,7 +237,8 @@ pub struct Outcome {
 /// The primary limiter plus the failure policy.
 pub struct Decider {
     settings: LimiterConfig,
-    redis: Option<Remote>,
+    /// The shared backend (Redis or a Redis Cluster); `None` for `backend: local`.
+    redis: Option<Arc<dyn Limiter>>,
     local: Arc<local::LocalLimiter>,
     deny_cache: Option<Arc<deny_cache::DenyCache>>,
     observer: Arc<dyn RedisObserver>,
@@ -240,15 +253,27 @@ impl Decider {
         config: &LimiterConfig,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
-        Ok(Self {
+        let remote = Self::remote(config, &observer)?;
+        Ok(Self::with_backend(config, remote, observer))
+    }
+
+    /// A decider whose shared backend is `remote` (`None`: in-process
+    /// only), whatever `config.backend` says: the seam for embedding sluice's
+    /// policy over another backend, and for testing it.
+    pub fn with_backend(
+        config: &LimiterConfig,
+        remote: Option<Arc<dyn Limiter>>,
+        observer: Arc<dyn RedisObserver>,
+    ) -> Self {
+        Self {
             settings: config.clone(),
-            redis: Self::remote(config, &observer)?,
+            redis: remote,
             local: Arc::new(local::LocalLimiter::new(config.local_max_keys)),
             deny_cache: Self::deny_cache(config),
             observer,
             member_prefix: instance_id(),
             sequence: Arc::new(AtomicU64::new(0)),
-        })
+        }
     }
 
     /// A decider for `config` (a reload) that keeps what this one has where
@@ -294,19 +319,17 @@ impl Decider {
     fn remote(
         config: &LimiterConfig,
         observer: &Arc<dyn RedisObserver>,
-    ) -> Result<Option<Remote>, LimiterError> {
+    ) -> Result<Option<Arc<dyn Limiter>>, LimiterError> {
+        let observer = Arc::clone(observer);
         Ok(match config.backend {
             Backend::Redis if !config.redis.cluster.is_empty() => {
-                Some(Remote::Cluster(Arc::new(cluster::ClusterLimiter::new(
+                Some(Arc::new(cluster::ClusterLimiter::new(
                     &config.redis.cluster,
                     config.redis.timeout,
-                    Arc::clone(observer),
-                )?)))
+                    observer,
+                )?))
             }
-            Backend::Redis => Some(Remote::Single(Arc::new(redis::RedisLimiter::new(
-                &config.redis,
-                Arc::clone(observer),
-            )?))),
+            Backend::Redis => Some(Arc::new(redis::RedisLimiter::new(&config.redis, observer)?)),
             Backend::Local => None,
         })
     }
@@ -443,49 +466,6 @@ impl Decider {
     }
 }
 
-/// The shared backend: one Redis, or a Redis Cluster.
-#[derive(Clone)]
-enum Remote {
-    Single(Arc<redis::RedisLimiter>),
-    Cluster(Arc<cluster::ClusterLimiter>),
-}
-
-impl Remote {
-    async fn check(
-        &self,
-        checks: &[LimitCheck<'_>],
-        member: &str,
-    ) -> Result<Vec<Decision>, LimiterError> {
-        match self {
-            Remote::Single(redis) => redis.check(checks, member).await,
-            Remote::Cluster(cluster) => cluster.check(checks, member).await,
-        }
-    }
-
-    async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
-        match self {
-            Remote::Single(redis) => redis.release(checks, member).await,
-            Remote::Cluster(cluster) => cluster.release(checks, member).await,
-        }
-    }
-
-    /// What `on_error` told a request whose decision timed out (the
-    /// standalone backend reconciles late replies; cluster calls are per key
-    /// and refunded there).
-    fn note_fallback(&self, member: &str, admitted: bool) {
-        if let Remote::Single(redis) = self {
-            redis.note_fallback(member, admitted);
-        }
-    }
-
-    fn is_healthy(&self) -> bool {
-        match self {
-            Remote::Single(redis) => redis.is_healthy(),
-            Remote::Cluster(cluster) => cluster.is_healthy(),
-        }
-    }
-}
-
 /// A per-process random prefix for request members, so that requests
 /// admitted in the same microsecond by different instances stay distinct.
 pub(crate) fn instance_id() -> String {
@@ -501,6 +481,9 @@ pub(crate) fn instance_id() -> String {
     );
     format!("{:016x}", hasher.finish())
 }
+
+#[cfg(test)]
+mod decider_tests;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@
 //! into the [`FallbackLedger`]; the Redis backend reads it when a late reply
 //! arrives and sends the refund.
 
+use crate::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ impl FallbackLedger {
     /// `member` after its Redis decision timed out.
     pub fn record(&self, member: &str, admitted: bool) {
         let now = Instant::now();
-        let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut verdicts = self.verdicts.locked();
         if verdicts.len() >= PRUNE_ABOVE {
             verdicts.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
         }
@@ -46,7 +47,7 @@ impl FallbackLedger {
 
     /// The verdict on `member`, removed; `None` if none was recorded.
     pub fn take(&self, member: &str) -> Option<bool> {
-        let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut verdicts = self.verdicts.locked();
         verdicts.remove(member).map(|(admitted, _)| admitted)
     }
 }

@@ -29,11 +29,16 @@
 //! none fails because another member of its batch ran out of budget, and the
 //! timers cost one per distinct deadline wave instead of one per request.
 
-use super::circuit::{CircuitBreaker, Permit, Transition};
+use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::reconcile::{FallbackLedger, Refund};
-use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
+use super::wire::{
+    self, decode_reply, is_concurrency_args, is_noscript, parse_batch_line, push_args, Mode,
+    CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
+};
+use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use crate::config::RedisConfig;
+use crate::sync::Locked;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
@@ -41,97 +46,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// The one script every decision runs: each algorithm's functions, then the
-/// driver that applies them to all keys of a request, all or nothing (see
-/// `lua/decide.lua` for the contract).
-pub const DECIDE_SCRIPT: &str = concat!(
-    include_str!("lua/sliding_log.lua"),
-    include_str!("lua/sliding_window.lua"),
-    include_str!("lua/fixed_window.lua"),
-    include_str!("lua/token_bucket.lua"),
-    include_str!("lua/concurrency.lua"),
-    include_str!("lua/decide.lua"),
-);
-
-/// What a script call does.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Mode {
-    /// Decide and consume.
-    Take,
-    /// Give back what the member took at `taken_us` (Redis time).
-    Refund {
-        /// When the units were taken, in Redis microseconds.
-        taken_us: i64,
-    },
-}
-
-/// Something script arguments can be appended to.
-pub(super) trait ArgSink {
-    /// Appends one argument.
-    fn push<T: redis::ToRedisArgs>(&mut self, value: T);
-}
-
-impl ArgSink for Vec<Vec<u8>> {
-    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
-        value.write_redis_args(self);
-    }
-}
-
-impl ArgSink for redis::Cmd {
-    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
-        self.arg(value);
-    }
-}
-
-impl ArgSink for redis::ScriptInvocation<'_> {
-    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
-        self.arg(value);
-    }
-}
-
-/// Appends the ARGV of `lua/decide.lua` for `checks`.
-pub(super) fn push_args(
-    sink: &mut impl ArgSink,
-    checks: &[LimitCheck<'_>],
-    member: &str,
-    mode: Mode,
-) {
-    sink.push(member);
-    match mode {
-        Mode::Take => {
-            sink.push("take");
-            sink.push(0);
-        }
-        Mode::Refund { taken_us } => {
-            sink.push("refund");
-            sink.push(taken_us);
-        }
-    }
-    for check in checks {
-        let (code, param) = match check.algorithm {
-            Algorithm::SlidingLog => (1, 0),
-            Algorithm::SlidingWindow { buckets } => (2, u64::from(buckets)),
-            Algorithm::FixedWindow => (3, 0),
-            Algorithm::TokenBucket { burst } => (4, burst),
-            Algorithm::Concurrency { lease } => (5, lease.as_micros() as u64),
-        };
-        sink.push(code);
-        sink.push(check.limit);
-        sink.push(check.window.as_micros() as u64);
-        sink.push(check.cost);
-        sink.push(param);
-        sink.push(u8::from(check.shadow));
-    }
-}
-
-/// TCP settings for every Redis connection: `TCP_NODELAY`, as every Redis
-/// client sets it. redis-rs leaves Nagle's algorithm on by default; with it, a
-/// write that follows one not yet acknowledged waits for the peer's delayed
-/// ACK (up to 40 ms on Linux): a stall in the decision's budget.
-pub(super) fn no_delay() -> redis::io::tcp::TcpSettings {
-    redis::io::tcp::TcpSettings::default().set_nodelay(true)
-}
 
 /// A batch call on its way: one reply per script call of the pipeline.
 type PendingCall = std::pin::Pin<
@@ -141,18 +55,25 @@ type PendingCall = std::pin::Pin<
     >,
 >;
 
-/// The decide script's code of `concurrency` (see [`push_args`]).
-const CONCURRENCY_CODE: &str = "5";
-
 /// The most decisions one script call carries: bounds how long one call
 /// holds Redis (a few hundred microseconds at most).
 pub const MAX_BATCH: usize = 64;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Redis-backed limiter: a cheap handle to one shared state (connection,
+/// queue, circuit), cloned into the background tasks that connect and flush.
+#[derive(Clone)]
+pub struct RedisLimiter(Arc<Shared>);
 
-/// Redis-backed limiter, shared by all request tasks.
-pub struct RedisLimiter {
+impl std::ops::Deref for RedisLimiter {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What every clone of a [`RedisLimiter`] shares.
+pub struct Shared {
     client: redis::Client,
     budget: Duration,
     script: redis::Script,
@@ -205,31 +126,20 @@ impl RedisLimiter {
             .as_str()
             .into_connection_info()
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?
-            .set_tcp_settings(no_delay());
+            .set_tcp_settings(wire::no_delay());
         let client = redis::Client::open(info)
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             client,
             budget: config.timeout,
             script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
-            circuit: CircuitBreaker::new(CONNECT_TIMEOUT.max(config.timeout * 2)),
+            circuit: wire::circuit_for(config.timeout),
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
-        })
-    }
-
-    /// Records what `on_error` told the request `member` after its decision
-    /// timed out, for when Redis runs that decision late.
-    pub fn note_fallback(&self, member: &str, admitted: bool) {
-        self.ledger.record(member, admitted);
-    }
-
-    /// False while the circuit is open (Redis found unhealthy, not called).
-    pub fn is_healthy(&self) -> bool {
-        !self.circuit.is_open()
+        })))
     }
 
     fn current(&self) -> Option<MultiplexedConnection> {
@@ -241,8 +151,8 @@ impl RedisLimiter {
     }
 
     /// The shared connection, connecting (once, in the background) if needed.
-    async fn connection(self: &Arc<Self>) -> Result<MultiplexedConnection, LimiterError> {
-        let this = Arc::clone(self);
+    async fn connection(&self) -> Result<MultiplexedConnection, LimiterError> {
+        let this = self.clone();
         let conn = self
             .connection
             .get(move || {
@@ -258,7 +168,7 @@ impl RedisLimiter {
         })
     }
 
-    async fn connect(self: Arc<Self>) {
+    async fn connect(self) {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             // Bounds each flush task when Redis stops answering; every request is
@@ -291,7 +201,7 @@ impl RedisLimiter {
     }
 
     async fn evaluate(
-        self: &Arc<Self>,
+        &self,
         checks: &[LimitCheck<'_>],
         member: &str,
         mode: Mode,
@@ -308,7 +218,7 @@ impl RedisLimiter {
         push_args(&mut args, checks, member, mode);
         let (reply, receive) = oneshot::channel();
         let start_flushing = {
-            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queue = self.queue.locked();
             queue.pending.push(Queued {
                 keys,
                 args,
@@ -318,7 +228,7 @@ impl RedisLimiter {
             !std::mem::replace(&mut queue.flushing, true)
         };
         if start_flushing {
-            let this = Arc::clone(self);
+            let this = self.clone();
             tokio::spawn(async move { this.flush_loop(conn).await });
         }
         receive
@@ -327,10 +237,10 @@ impl RedisLimiter {
     }
 
     /// Sends queued decisions, one pipeline at a time, until the queue is empty.
-    async fn flush_loop(self: Arc<Self>, mut conn: MultiplexedConnection) {
+    async fn flush_loop(self, mut conn: MultiplexedConnection) {
         loop {
             let batch = {
-                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let mut queue = self.queue.locked();
                 if queue.pending.is_empty() {
                     queue.flushing = false;
                     return;
@@ -340,13 +250,13 @@ impl RedisLimiter {
             if let Some(current) = self.current() {
                 conn = current;
             }
-            Arc::clone(&self).send_batch(&mut conn, batch).await;
+            self.send_batch(&mut conn, batch).await;
         }
     }
 
     /// Sends one batch (one script call per [`MAX_BATCH`] decisions, in one
     /// pipeline) and hands out the replies.
-    async fn send_batch(self: Arc<Self>, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
+    async fn send_batch(&self, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
         // Decisions out of budget are answered now and never sent: they must
         // not consume quota after their client was answered by on_error.
         let now = Instant::now();
@@ -439,7 +349,7 @@ impl RedisLimiter {
     /// (bounded by the connection's response timeout) so that what Redis
     /// admits late is reconciled; then `None`.
     async fn answer_expired_while(
-        self: &Arc<Self>,
+        &self,
         mut call: PendingCall,
         deadline: Instant,
         chunks: &mut Vec<Vec<Queued>>,
@@ -452,7 +362,7 @@ impl RedisLimiter {
                 .map(|q| q.deadline)
                 .min();
             let Some(next) = next else {
-                let this = Arc::clone(self);
+                let this = self.clone();
                 let chunks = std::mem::take(chunks);
                 tokio::spawn(async move {
                     if let Ok(values) = call.await {
@@ -495,7 +405,7 @@ impl RedisLimiter {
             let Some(limit) = queued.args.get(3 + 6 * i..9 + 6 * i) else {
                 return;
             };
-            let lease = limit[0].as_slice() == CONCURRENCY_CODE.as_bytes();
+            let lease = is_concurrency_args(limit);
             if refund == Refund::All || lease {
                 keys.push(key.as_str());
                 limits.push(limit);
@@ -596,44 +506,28 @@ impl RedisLimiter {
         }
     }
 
+    /// Classifies a Redis error; one that broke the connection drops it,
+    /// so the next call reconnects.
     fn classify(&self, error: redis::RedisError) -> LimiterError {
-        if error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal() {
+        let classified = wire::classify(&error, self.budget);
+        if matches!(classified, LimiterError::Io(_) | LimiterError::Refused(_)) {
             self.drop_connection();
-            LimiterError::Io(error.to_string())
-        } else if error.is_timeout() {
-            LimiterError::Timeout(self.budget)
-        } else if error
-            .code()
-            .is_some_and(|code| UNHEALTHY_CODES.contains(&code))
-        {
-            LimiterError::Unavailable(error.to_string())
-        } else {
-            LimiterError::Server(error.to_string())
         }
+        classified
     }
 
     /// Reports the outcome of one call to the observer and the circuit breaker.
     fn record(&self, result: &Result<Vec<Decision>, LimiterError>, started: Instant) {
+        let (observer, circuit) = (&*self.observer, &self.circuit);
         match result {
-            Ok(_) => {
-                self.observer.call_succeeded(started.elapsed());
-                self.observer.set_up(true);
-                if self.circuit.on_success() == Transition::Closed {
-                    log::info!("Redis answers again: circuit closed, decisions come from Redis");
-                }
-            }
+            Ok(_) => wire::record_success(
+                observer,
+                circuit,
+                started.elapsed(),
+                "at the configured URL",
+            ),
             Err(e) => {
-                self.observer.call_failed(e);
-                let Some(failure) = e.circuit_failure() else {
-                    log::warn!("rate-limit decision failed for one key: {e}");
-                    return;
-                };
-                let now = Instant::now();
-                if let Transition::Opened(wait) = self.circuit.on_failure(now, started, failure) {
-                    log::warn!(
-                        "Redis unhealthy ({e}): circuit open for {wait:?}, on_error applies"
-                    );
-                    self.observer.set_up(false);
+                if wire::record_failure(observer, circuit, e, started, "at the configured URL") {
                     self.drop_connection();
                 }
             }
@@ -641,20 +535,8 @@ impl RedisLimiter {
     }
 }
 
-/// Server error codes that mean Redis itself cannot serve (not one key's problem).
-pub(super) const UNHEALTHY_CODES: &[&str] = &[
-    "LOADING",
-    "BUSY",
-    "OOM",
-    "READONLY",
-    "CLUSTERDOWN",
-    "MASTERDOWN",
-    "TRYAGAIN",
-    "NOREPLICAS",
-];
-
 #[async_trait]
-impl Limiter for Arc<RedisLimiter> {
+impl Limiter for RedisLimiter {
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],
@@ -686,158 +568,15 @@ impl Limiter for Arc<RedisLimiter> {
             .await
             .map(|_| ())
     }
-}
 
-fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
-    matches!(value, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-}
-
-/// Parses the decide script's reply `{admitted, now, (allowed, remaining,
-/// reset_us, retry_us) × n}` into the decisions and Redis's `now` (µs).
-pub(super) fn parse_reply(
-    reply: redis::Value,
-    n: usize,
-) -> Result<(Vec<Decision>, i64), LimiterError> {
-    let values: Vec<i64> = redis::from_redis_value(reply)
-        .map_err(|e| LimiterError::Server(format!("unexpected script reply: {e}")))?;
-    decode_reply(&values, n)
-}
-
-/// One decision's line of a batch reply: its numbers, or `!` and its error.
-fn parse_batch_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
-    if let Some(message) = line.strip_prefix(b"!") {
-        let message = String::from_utf8_lossy(message).into_owned();
-        let code = message.split(' ').next().unwrap_or("");
-        return Err(if UNHEALTHY_CODES.contains(&code) {
-            LimiterError::Unavailable(message)
-        } else {
-            LimiterError::Server(message)
-        });
-    }
-    line.split(|&b| b == b' ')
-        .map(|field| {
-            std::str::from_utf8(field)
-                .ok()
-                .and_then(|f| f.parse::<i64>().ok())
-                .ok_or_else(|| {
-                    LimiterError::Server(format!(
-                        "unexpected script reply: {}",
-                        String::from_utf8_lossy(line)
-                    ))
-                })
-        })
-        .collect()
-}
-
-fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
-    if reply.len() != 2 + 4 * n {
-        return Err(LimiterError::Server(format!(
-            "script returned {} values for {n} keys",
-            reply.len()
-        )));
-    }
-    let admitted = reply[0] == 1;
-    let micros = |v: i64| Duration::from_micros(v.max(0) as u64);
-    let decisions = reply[2..]
-        .chunks_exact(4)
-        .map(|c| Decision {
-            allowed: c[0] == 1,
-            remaining: c[1].max(0) as u64,
-            reset: micros(c[2]),
-            retry_after: if admitted && c[0] == 1 {
-                Duration::ZERO
-            } else {
-                micros(c[3])
-            },
-        })
-        .collect();
-    Ok((decisions, reply[1]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reply_shapes() {
-        let (d, now) = decode_reply(&[1, 77, 1, 4, 10_000_000, 0], 1).unwrap();
-        assert!(d[0].allowed);
-        assert_eq!(now, 77);
-        assert_eq!(d[0].remaining, 4);
-        assert_eq!(d[0].reset, Duration::from_secs(10));
-        let (d, _) = decode_reply(&[0, 0, 1, 5, 0, 0, 0, 0, 1_000, 2_500_000], 2).unwrap();
-        assert!(d[0].allowed && !d[1].allowed);
-        assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
-        assert!(decode_reply(&[1, 2], 1).is_err());
+    /// False while the circuit is open (Redis found unhealthy, not called).
+    fn is_healthy(&self) -> bool {
+        !self.circuit.is_open()
     }
 
-    /// The decide script dispatches on `algorithms[code]`: the codes that
-    /// `push_args` writes must name the same algorithms, in the same order.
-    #[test]
-    fn wire_codes_match_the_lua_dispatch_table() {
-        let table = DECIDE_SCRIPT
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("local algorithms = {"))
-            .and_then(|rest| rest.strip_suffix('}'))
-            .expect("decide.lua has `local algorithms = { … }`");
-        let lua: Vec<&str> = table.split(',').map(str::trim).collect();
-        let lease = Duration::from_secs(1);
-        for algorithm in [
-            Algorithm::SlidingLog,
-            Algorithm::SlidingWindow { buckets: 10 },
-            Algorithm::FixedWindow,
-            Algorithm::TokenBucket { burst: 1 },
-            Algorithm::Concurrency { lease },
-        ] {
-            let check = LimitCheck {
-                key: "k",
-                limit: 1,
-                window: lease,
-                cost: 1,
-                algorithm,
-                shadow: false,
-            };
-            let mut args: Vec<Vec<u8>> = Vec::new();
-            push_args(&mut args, &[check], "m-1", Mode::Take);
-            let code: usize = std::str::from_utf8(&args[3]).unwrap().parse().unwrap();
-            assert_eq!(lua.get(code - 1), Some(&algorithm.name()), "code {code}");
-        }
-        assert_eq!(lua.len(), 5);
-    }
-
-    #[test]
-    fn the_concurrency_code_is_what_push_args_writes() {
-        let check = LimitCheck {
-            key: "k",
-            limit: 1,
-            window: Duration::from_secs(1),
-            cost: 1,
-            algorithm: Algorithm::Concurrency {
-                lease: Duration::from_secs(30),
-            },
-            shadow: false,
-        };
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        push_args(&mut args, &[check], "m-1", Mode::Take);
-        assert_eq!(args[3], CONCURRENCY_CODE.as_bytes());
-        assert_eq!(args.len(), 3 + 6);
-    }
-
-    #[test]
-    fn batch_lines() {
-        assert_eq!(
-            parse_batch_line(b"1 1764000000000000 1 4 10000000 0").unwrap(),
-            vec![1, 1_764_000_000_000_000, 1, 4, 10_000_000, 0]
-        );
-        assert!(matches!(
-            parse_batch_line(b"!WRONGTYPE Operation against a key"),
-            Err(LimiterError::Server(m)) if m.starts_with("WRONGTYPE")
-        ));
-        assert!(matches!(
-            parse_batch_line(b"!BUSY Redis is busy"),
-            Err(LimiterError::Unavailable(_))
-        ));
-        assert!(parse_batch_line(b"1 x").is_err());
-        assert!(parse_batch_line(b"").is_err());
+    /// Remembered for when Redis runs the timed-out decision late (see
+    /// `reconcile`).
+    fn note_fallback(&self, member: &str, admitted: bool) {
+        self.ledger.record(member, admitted);
     }
 }

@@ -15,15 +15,11 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
+use super::sharded::ShardedMap;
 use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
 use async_trait::async_trait;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const SHARDS: usize = 16;
 
 /// A monotonic microsecond clock. Tests substitute a fake one.
 pub trait Clock: Send + Sync {
@@ -121,8 +117,7 @@ type Shard = HashMap<String, Slot>;
 
 /// In-process limiter, safe to share between threads.
 pub struct LocalLimiter<C: Clock = MonotonicClock> {
-    shards: Vec<Mutex<Shard>>,
-    shard_capacity: usize,
+    slots: ShardedMap<Slot>,
     clock: C,
 }
 
@@ -137,15 +132,14 @@ impl<C: Clock> LocalLimiter<C> {
     /// A limiter on `clock`.
     pub fn with_clock(max_keys: usize, clock: C) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            shard_capacity: max_keys.div_ceil(SHARDS).max(1),
+            slots: ShardedMap::new(max_keys),
             clock,
         }
     }
 
     /// Number of keys currently held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.slots.len()
     }
 
     /// Whether no key is held.
@@ -153,27 +147,12 @@ impl<C: Clock> LocalLimiter<C> {
         self.len() == 0
     }
 
-    /// Locks the shards of `checks` in ascending order (so no two requests
-    /// can deadlock); returns the guards and, per check, its guard's index.
-    fn lock_for(&self, checks: &[LimitCheck<'_>]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
-        let shard_of: Vec<usize> = checks.iter().map(|c| shard_index(c.key)).collect();
-        let mut order = shard_of.clone();
-        order.sort_unstable();
-        order.dedup();
-        let guards = order.iter().map(|&i| lock(&self.shards[i])).collect();
-        let slots = shard_of
-            .iter()
-            .map(|s| order.binary_search(s).unwrap_or(0))
-            .collect();
-        (guards, slots)
-    }
-
     /// Decides `checks` all or nothing, like the Redis script; admitted units
     /// are recorded under `member`.
     pub fn decide(&self, checks: &[LimitCheck<'_>], member: &str) -> Vec<Decision> {
         let now = self.clock.now_us();
-        let (mut guards, slots) = self.lock_for(checks);
-        let capacity = self.shard_capacity;
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
+        let capacity = self.slots.shard_capacity();
 
         // Pass 1: trim and see what fits.
         let mut fits = Vec::with_capacity(checks.len());
@@ -232,7 +211,7 @@ impl<C: Clock> LocalLimiter<C> {
 
     /// Releases the concurrency leases `member` holds on `checks`.
     pub fn release(&self, checks: &[LimitCheck<'_>], member: &str) {
-        let (mut guards, slots) = self.lock_for(checks);
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
         for (check, &g) in checks.iter().zip(&slots) {
             if let Some(slot) = guards[g].get_mut(check.key) {
                 slot.counter.release(member);
@@ -272,20 +251,6 @@ fn make_room(shard: &mut Shard, capacity: usize, now: u64) {
         }
         log::warn!("local limiter full ({capacity} keys per shard): forgot {drop} live keys; raise limiter.local.max_keys");
     }
-}
-
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic while holding the lock cannot leave a counter half-written in a
-    // way that matters (worst case: one unit too few), so poisoning is ignored.
-    shard
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn shard_index(key: &str) -> usize {
-    let mut hasher = DefaultHasher::new();
-    key.hash(&mut hasher);
-    (hasher.finish() as usize) % SHARDS
 }
 
 fn micros_of(d: Duration) -> u64 {

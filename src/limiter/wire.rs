@@ -1,0 +1,475 @@
+//! The Redis plumbing both Redis backends share: the decide script and its
+//! arguments, reply decoding, the one classification of Redis errors into
+//! [`LimiterError`]s, connection timeouts, and how a call's end is reported
+//! to the observer and the circuit breaker. The standalone backend adds
+//! batching on top (`redis.rs`), the cluster backend slots and refunds
+//! (`cluster.rs`).
+
+use super::circuit::{CircuitBreaker, Transition};
+use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
+use std::time::{Duration, Instant};
+
+/// How long connecting to a Redis node may take.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The least a connection waits for a reply before giving up on it (every
+/// decision is separately bounded by its own, shorter, budget).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A circuit breaker for a Redis node reached within `budget` per decision:
+/// its probe may take a connect, or two budgets.
+pub(super) fn circuit_for(budget: Duration) -> CircuitBreaker {
+    CircuitBreaker::new(CONNECT_TIMEOUT.max(budget * 2))
+}
+
+/// The one script every decision runs: each algorithm's functions, then the
+/// driver that applies them to all keys of a request, all or nothing (see
+/// `lua/decide.lua` for the contract).
+pub const DECIDE_SCRIPT: &str = concat!(
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/token_bucket.lua"),
+    include_str!("lua/concurrency.lua"),
+    include_str!("lua/decide.lua"),
+);
+
+/// What a script call does.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Mode {
+    /// Decide and consume.
+    Take,
+    /// Give back what the member took at `taken_us` (Redis time).
+    Refund {
+        /// When the units were taken, in Redis microseconds.
+        taken_us: i64,
+    },
+}
+
+/// Something script arguments can be appended to.
+pub(super) trait ArgSink {
+    /// Appends one argument.
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T);
+}
+
+impl ArgSink for Vec<Vec<u8>> {
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
+        value.write_redis_args(self);
+    }
+}
+
+impl ArgSink for redis::Cmd {
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
+        self.arg(value);
+    }
+}
+
+impl ArgSink for redis::ScriptInvocation<'_> {
+    fn push<T: redis::ToRedisArgs>(&mut self, value: T) {
+        self.arg(value);
+    }
+}
+
+/// An algorithm on the wire: its 1-based index in `decide.lua`'s
+/// `algorithms` table (a test holds the two in step), and its parameter.
+pub(super) fn wire_code(algorithm: Algorithm) -> (u8, u64) {
+    match algorithm {
+        Algorithm::SlidingLog => (1, 0),
+        Algorithm::SlidingWindow { buckets } => (2, u64::from(buckets)),
+        Algorithm::FixedWindow => (3, 0),
+        Algorithm::TokenBucket { burst } => (4, burst),
+        Algorithm::Concurrency { lease } => (5, lease.as_micros() as u64),
+    }
+}
+
+/// Whether a decision's wire arguments (its six, as [`push_args`] writes
+/// them) are those of a `concurrency` limit.
+pub(super) fn is_concurrency_args(args: &[Vec<u8>]) -> bool {
+    let code = wire_code(Algorithm::Concurrency {
+        lease: Duration::ZERO,
+    })
+    .0;
+    args.first()
+        .is_some_and(|first| first.as_slice() == code.to_string().as_bytes())
+}
+
+/// Appends the ARGV of `lua/decide.lua` for `checks`.
+pub(super) fn push_args(
+    sink: &mut impl ArgSink,
+    checks: &[LimitCheck<'_>],
+    member: &str,
+    mode: Mode,
+) {
+    sink.push(member);
+    match mode {
+        Mode::Take => {
+            sink.push("take");
+            sink.push(0);
+        }
+        Mode::Refund { taken_us } => {
+            sink.push("refund");
+            sink.push(taken_us);
+        }
+    }
+    for check in checks {
+        let (code, param) = wire_code(check.algorithm);
+        sink.push(code);
+        sink.push(check.limit);
+        sink.push(check.window.as_micros() as u64);
+        sink.push(check.cost);
+        sink.push(param);
+        sink.push(u8::from(check.shadow));
+    }
+}
+
+/// TCP settings for every Redis connection: `TCP_NODELAY`, as every Redis
+/// client sets it. redis-rs leaves Nagle's algorithm on by default; with it, a
+/// write that follows one not yet acknowledged waits for the peer's delayed
+/// ACK (up to 40 ms on Linux): a stall in the decision's budget.
+pub(super) fn no_delay() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
+/// Server error codes that mean Redis itself cannot serve (not one key's problem).
+pub(super) const UNHEALTHY_CODES: &[&str] = &[
+    "LOADING",
+    "BUSY",
+    "OOM",
+    "READONLY",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+];
+
+/// What a Redis error means for sluice, for both backends alike: refused
+/// (nothing listening), I/O (the connection broke), a timeout (reported as
+/// the `budget` it ran out of), Redis unable to serve (`UNHEALTHY_CODES`, or
+/// a cluster redirection the client could not follow), or an error confined
+/// to this one call.
+pub(super) fn classify(error: &redis::RedisError, budget: Duration) -> LimiterError {
+    // A timeout is an I/O error to redis-rs too: ask about it first.
+    if error.is_timeout() {
+        LimiterError::Timeout(budget)
+    } else if error.is_connection_refusal() {
+        LimiterError::Refused(error.to_string())
+    } else if error.is_io_error() || error.is_connection_dropped() {
+        LimiterError::Io(error.to_string())
+    } else if error.is_cluster_error() {
+        // MOVED/ASK reaching us means the client could not follow them: the
+        // owner of the slot is unreachable or the topology is in flux.
+        LimiterError::Unavailable(error.to_string())
+    } else {
+        server_error(error.code().unwrap_or(""), error.to_string())
+    }
+}
+
+/// A Redis error reply with `code` (its first word) and `message`.
+fn server_error(code: &str, message: String) -> LimiterError {
+    if UNHEALTHY_CODES.contains(&code) {
+        LimiterError::Unavailable(message)
+    } else {
+        LimiterError::Server(message)
+    }
+}
+
+/// Reports a call that answered after `elapsed`: the observer hears of it,
+/// and the circuit closes if it was probing (logged, naming `node`).
+pub(super) fn record_success(
+    observer: &dyn RedisObserver,
+    circuit: &CircuitBreaker,
+    elapsed: Duration,
+    node: &str,
+) {
+    observer.call_succeeded(elapsed);
+    observer.set_up(true);
+    circuit_success(circuit, node);
+}
+
+/// Closes `circuit` if it was probing, and says so.
+pub(super) fn circuit_success(circuit: &CircuitBreaker, node: &str) {
+    if circuit.on_success() == Transition::Closed {
+        log::info!("Redis {node} answers again: circuit closed, decisions come from Redis");
+    }
+}
+
+/// Reports a call started at `started` that failed with `error`. Returns
+/// whether this failure opened the circuit (the caller then drops its
+/// connection or refreshes its map). An error confined to one call never
+/// counts against the circuit.
+pub(super) fn record_failure(
+    observer: &dyn RedisObserver,
+    circuit: &CircuitBreaker,
+    error: &LimiterError,
+    started: Instant,
+    node: &str,
+) -> bool {
+    observer.call_failed(error);
+    let Some(failure) = error.circuit_failure() else {
+        log::warn!("rate-limit decision failed for one key: {error}");
+        return false;
+    };
+    match circuit.on_failure(Instant::now(), started, failure) {
+        Transition::Opened(wait) => {
+            log::warn!(
+                "Redis {node} unhealthy ({error}): circuit open for {wait:?}, on_error applies"
+            );
+            observer.set_up(false);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Whether Redis lost the script (restart, `SCRIPT FLUSH`).
+pub(super) fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
+    matches!(value, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+}
+
+/// Parses the decide script's reply `{admitted, now, (allowed, remaining,
+/// reset_us, retry_us) × n}` into the decisions and Redis's `now` (µs).
+pub(super) fn parse_reply(
+    reply: redis::Value,
+    n: usize,
+) -> Result<(Vec<Decision>, i64), LimiterError> {
+    let values: Vec<i64> = redis::from_redis_value(reply)
+        .map_err(|e| LimiterError::Server(format!("unexpected script reply: {e}")))?;
+    decode_reply(&values, n)
+}
+
+/// One decision's line of a batch reply: its numbers, or `!` and its error.
+pub(super) fn parse_batch_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
+    if let Some(message) = line.strip_prefix(b"!") {
+        let message = String::from_utf8_lossy(message).into_owned();
+        let code = message.split(' ').next().unwrap_or("").to_string();
+        return Err(server_error(&code, message));
+    }
+    line.split(|&b| b == b' ')
+        .map(|field| {
+            std::str::from_utf8(field)
+                .ok()
+                .and_then(|f| f.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    LimiterError::Server(format!(
+                        "unexpected script reply: {}",
+                        String::from_utf8_lossy(line)
+                    ))
+                })
+        })
+        .collect()
+}
+
+pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
+    if reply.len() != 2 + 4 * n {
+        return Err(LimiterError::Server(format!(
+            "script returned {} values for {n} keys",
+            reply.len()
+        )));
+    }
+    let admitted = reply[0] == 1;
+    let micros = |v: i64| Duration::from_micros(v.max(0) as u64);
+    let decisions = reply[2..]
+        .chunks_exact(4)
+        .map(|c| Decision {
+            allowed: c[0] == 1,
+            remaining: c[1].max(0) as u64,
+            reset: micros(c[2]),
+            retry_after: if admitted && c[0] == 1 {
+                Duration::ZERO
+            } else {
+                micros(c[3])
+            },
+        })
+        .collect();
+    Ok((decisions, reply[1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::circuit::Failure;
+
+    #[test]
+    fn reply_shapes() {
+        let (d, now) = decode_reply(&[1, 77, 1, 4, 10_000_000, 0], 1).unwrap();
+        assert!(d[0].allowed);
+        assert_eq!(now, 77);
+        assert_eq!(d[0].remaining, 4);
+        assert_eq!(d[0].reset, Duration::from_secs(10));
+        let (d, _) = decode_reply(&[0, 0, 1, 5, 0, 0, 0, 0, 1_000, 2_500_000], 2).unwrap();
+        assert!(d[0].allowed && !d[1].allowed);
+        assert_eq!(d[1].retry_after, Duration::from_micros(2_500_000));
+        assert!(decode_reply(&[1, 2], 1).is_err());
+    }
+
+    /// The decide script dispatches on `algorithms[code]`: the codes that
+    /// `push_args` writes must name the same algorithms, in the same order.
+    #[test]
+    fn wire_codes_match_the_lua_dispatch_table() {
+        let table = DECIDE_SCRIPT
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("local algorithms = {"))
+            .and_then(|rest| rest.strip_suffix('}'))
+            .expect("decide.lua has `local algorithms = { … }`");
+        let lua: Vec<&str> = table.split(',').map(str::trim).collect();
+        let lease = Duration::from_secs(1);
+        for algorithm in [
+            Algorithm::SlidingLog,
+            Algorithm::SlidingWindow { buckets: 10 },
+            Algorithm::FixedWindow,
+            Algorithm::TokenBucket { burst: 1 },
+            Algorithm::Concurrency { lease },
+        ] {
+            let check = LimitCheck {
+                key: "k",
+                limit: 1,
+                window: lease,
+                cost: 1,
+                algorithm,
+                shadow: false,
+            };
+            let mut args: Vec<Vec<u8>> = Vec::new();
+            push_args(&mut args, &[check], "m-1", Mode::Take);
+            let code: usize = std::str::from_utf8(&args[3]).unwrap().parse().unwrap();
+            assert_eq!(lua.get(code - 1), Some(&algorithm.name()), "code {code}");
+        }
+        assert_eq!(lua.len(), 5);
+    }
+
+    #[test]
+    fn the_concurrency_code_is_what_push_args_writes() {
+        let check = LimitCheck {
+            key: "k",
+            limit: 1,
+            window: Duration::from_secs(1),
+            cost: 1,
+            algorithm: Algorithm::Concurrency {
+                lease: Duration::from_secs(30),
+            },
+            shadow: false,
+        };
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        push_args(&mut args, &[check], "m-1", Mode::Take);
+        assert!(is_concurrency_args(&args[3..]));
+        assert!(!is_concurrency_args(&args[4..]));
+        assert_eq!(args.len(), 3 + 6);
+    }
+
+    #[test]
+    fn batch_lines() {
+        assert_eq!(
+            parse_batch_line(b"1 1764000000000000 1 4 10000000 0").unwrap(),
+            vec![1, 1_764_000_000_000_000, 1, 4, 10_000_000, 0]
+        );
+        assert!(matches!(
+            parse_batch_line(b"!WRONGTYPE Operation against a key"),
+            Err(LimiterError::Server(m)) if m.starts_with("WRONGTYPE")
+        ));
+        assert!(matches!(
+            parse_batch_line(b"!BUSY Redis is busy"),
+            Err(LimiterError::Unavailable(_))
+        ));
+        assert!(parse_batch_line(b"1 x").is_err());
+        assert!(parse_batch_line(b"").is_err());
+    }
+
+    /// One table of Redis errors and what they mean, for both backends.
+    #[test]
+    fn redis_errors_are_classified_once_for_both_backends() {
+        use redis::RedisError;
+        use std::io;
+        let budget = Duration::from_millis(20);
+        let io_error = |kind: io::ErrorKind| RedisError::from(io::Error::new(kind, "x"));
+        // An error reply as Redis sends it on the wire.
+        let reply = |text: &str| {
+            let wire = format!("-{text}\r\n");
+            redis::parse_redis_value(wire.as_bytes())
+                .and_then(redis::Value::extract_error)
+                .expect_err("an error reply")
+        };
+        let table: Vec<(RedisError, &str, Option<Failure>)> = vec![
+            (
+                io_error(io::ErrorKind::ConnectionRefused),
+                "refused",
+                Some(Failure::Refused),
+            ),
+            (
+                io_error(io::ErrorKind::ConnectionReset),
+                "io",
+                Some(Failure::Down),
+            ),
+            (
+                io_error(io::ErrorKind::BrokenPipe),
+                "io",
+                Some(Failure::Down),
+            ),
+            (
+                io_error(io::ErrorKind::TimedOut),
+                "timeout",
+                Some(Failure::Slow),
+            ),
+            (
+                reply("LOADING Redis is loading the dataset in memory"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("BUSY Redis is busy running a script"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("OOM command not allowed when used memory > 'maxmemory'"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("READONLY You can't write against a read only replica"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("MASTERDOWN Link with MASTER is down"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("CLUSTERDOWN The cluster is down"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("TRYAGAIN Multiple keys request during rehashing"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("MOVED 3999 127.0.0.1:6381"),
+                "unavailable",
+                Some(Failure::Down),
+            ),
+            (
+                reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
+                "server",
+                None,
+            ),
+            (reply("ERR user_script:1: bad"), "server", None),
+            (reply("NOSCRIPT No matching script"), "server", None),
+        ];
+        for (error, expected, failure) in table {
+            let classified = classify(&error, budget);
+            let kind = match &classified {
+                LimiterError::Refused(_) => "refused",
+                LimiterError::Io(_) => "io",
+                LimiterError::Timeout(b) => {
+                    assert_eq!(*b, budget, "a timeout reports the budget");
+                    "timeout"
+                }
+                LimiterError::Unavailable(_) => "unavailable",
+                LimiterError::Server(_) => "server",
+                LimiterError::CircuitOpen => "circuit_open",
+            };
+            assert_eq!(kind, expected, "{error:?}");
+            assert_eq!(classified.circuit_failure(), failure, "{error:?}");
+        }
+    }
+}
