@@ -119,107 +119,120 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// Registers `metric` in `registry` and hands it back.
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> Result<M, prometheus::Error> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
+/// A registered counter family with `labels`, every series of `values`
+/// created at 0 (so that `increase()` and `rate()` see the first event).
+fn counters(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    values: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    let family = register(registry, IntCounterVec::new(Opts::new(name, help), labels)?)?;
+    for value in values {
+        family.with_label_values(&[value]);
+    }
+    Ok(family)
+}
+
+/// A registered latency histogram family.
+fn latencies(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<HistogramVec, prometheus::Error> {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    register(registry, HistogramVec::new(opts, labels)?)
+}
+
+impl RedisMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let opts = HistogramOpts::new(
+            "sluice_redis_duration_seconds",
+            "Round trip of successful Redis rate-limit calls.",
+        )
+        .buckets(LATENCY_BUCKETS.to_vec());
+        Ok(Self {
+            duration: register(registry, Histogram::with_opts(opts)?)?,
+            errors: counters(
+                registry,
+                "sluice_redis_errors_total",
+                "Failed Redis rate-limit calls, by kind.",
+                &["kind"],
+                &["timeout", "io", "server", "circuit_open"],
+            )?,
+            up: register(
+                registry,
+                IntGauge::new(
+                    "sluice_redis_up",
+                    "1 when the last Redis call succeeded, 0 when Redis is unreachable.",
+                )?,
+            )?,
+        })
+    }
+}
+
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "sluice_requests_total",
-                "Requests served, by route and response status.",
-            ),
-            &["route", "status"],
-        )?;
-        let request_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "sluice_request_duration_seconds",
-                "Time from request start to response end, by route.",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["route"],
-        )?;
-        let decisions = IntCounterVec::new(
-            Opts::new(
-                "sluice_ratelimit_decisions_total",
-                "Rate-limit decisions, by route, limit, decision and source.",
-            ),
-            &["route", "limit", "decision", "source"],
-        )?;
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "sluice_config_reloads_total",
-                "Configuration reloads, by result.",
-            ),
-            &["result"],
-        )?;
-        let duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "sluice_redis_duration_seconds",
-                "Round trip of successful Redis rate-limit calls.",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-        )?;
-        let errors = IntCounterVec::new(
-            Opts::new(
-                "sluice_redis_errors_total",
-                "Failed Redis rate-limit calls, by kind.",
-            ),
-            &["kind"],
-        )?;
-        let up = IntGauge::new(
-            "sluice_redis_up",
-            "1 when the last Redis call succeeded, 0 when Redis is unreachable.",
-        )?;
         let downstream_connections = IntGauge::new(
             "sluice_downstream_connections",
             "Client connections open now.",
-        )?;
-        let downstream_rejected = IntCounterVec::new(
-            Opts::new(
-                "sluice_downstream_rejected_total",
-                "Client connections closed or requests refused by the front door, by reason.",
-            ),
-            &["reason"],
         )?;
         let access_log_dropped = IntCounter::new(
             "sluice_access_log_dropped_total",
             "Access-log lines dropped because the writer could not keep up.",
         )?;
-        registry.register(Box::new(downstream_connections.clone()))?;
-        registry.register(Box::new(downstream_rejected.clone()))?;
-        registry.register(Box::new(access_log_dropped.clone()))?;
-        for reason in REJECT_REASONS {
-            downstream_rejected.with_label_values(&[reason]);
-        }
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(request_duration.clone()))?;
-        registry.register(Box::new(decisions.clone()))?;
-        registry.register(Box::new(config_reloads.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(errors.clone()))?;
-        registry.register(Box::new(up.clone()))?;
-        // Every series of a fixed label set exists from the start at 0, so
-        // that `increase()` and `rate()` see the first event.
-        for kind in ["timeout", "io", "server", "circuit_open"] {
-            errors.with_label_values(&[kind]);
-        }
-        for result in ["success", "failure"] {
-            config_reloads.with_label_values(&[result]);
-        }
         Ok(Self {
+            downstream_connections: register(&registry, downstream_connections)?,
+            downstream_rejected: counters(
+                &registry,
+                "sluice_downstream_rejected_total",
+                "Client connections closed or requests refused by the front door, by reason.",
+                &["reason"],
+                &REJECT_REASONS,
+            )?,
+            access_log_dropped: register(&registry, access_log_dropped)?,
+            requests: counters(
+                &registry,
+                "sluice_requests_total",
+                "Requests served, by route and response status.",
+                &["route", "status"],
+                &[],
+            )?,
+            request_duration: latencies(
+                &registry,
+                "sluice_request_duration_seconds",
+                "Time from request start to response end, by route.",
+                &["route"],
+            )?,
+            decisions: counters(
+                &registry,
+                "sluice_ratelimit_decisions_total",
+                "Rate-limit decisions, by route, limit, decision and source.",
+                &["route", "limit", "decision", "source"],
+                &[],
+            )?,
+            config_reloads: counters(
+                &registry,
+                "sluice_config_reloads_total",
+                "Configuration reloads, by result.",
+                &["result"],
+                &["success", "failure"],
+            )?,
+            redis: RedisMetrics::new(&registry)?,
             registry,
-            requests,
-            request_duration,
-            decisions,
-            config_reloads,
-            redis: RedisMetrics {
-                duration,
-                errors,
-                up,
-            },
-            downstream_connections,
-            downstream_rejected,
-            access_log_dropped,
         })
     }
 

@@ -38,11 +38,18 @@ pub enum ReloadError {
 
 /// Reloads the configuration file into the shared state.
 pub struct Reloader {
+    job: ReloadJob,
+    /// Read end of the SIGHUP self-pipe, until the service takes it.
+    hangups: Mutex<Option<UnixStream>>,
+}
+
+/// What one reload needs; cheap to clone onto a blocking thread (loading
+/// reads a file and resolves upstream names, which must not stall a runtime).
+#[derive(Clone)]
+struct ReloadJob {
     path: PathBuf,
     state: SharedState,
     metrics: Arc<Metrics>,
-    /// Read end of the SIGHUP self-pipe, until the service takes it.
-    hangups: Mutex<Option<UnixStream>>,
 }
 
 impl Reloader {
@@ -55,17 +62,25 @@ impl Reloader {
         read.set_nonblocking(true)?;
         signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, write)?;
         Ok(Self {
-            path,
-            state,
-            metrics,
+            job: ReloadJob {
+                path,
+                state,
+                metrics,
+            },
             hangups: Mutex::new(Some(read)),
         })
     }
 
     /// Reloads now: on success the new state serves the next request and the
     /// changes are returned; on failure nothing changes. Either way the
-    /// outcome is counted.
+    /// outcome is counted. Blocks while the file is read and names resolve.
     pub fn reload(&self) -> Result<ConfigDiff, ReloadError> {
+        self.job.reload()
+    }
+}
+
+impl ReloadJob {
+    fn reload(&self) -> Result<ConfigDiff, ReloadError> {
         let result = self.try_reload();
         let label = if result.is_ok() { "success" } else { "failure" };
         self.metrics
@@ -147,7 +162,12 @@ impl BackgroundService for Reloader {
                 read = hangups.read(&mut buffer) => match read {
                     // Several signals may have arrived at once: one reload
                     // reads the file as it is now, which covers them all.
-                    Ok(n) if n > 0 => self.reload_and_log(),
+                    Ok(n) if n > 0 => {
+                        let job = self.job.clone();
+                        if let Err(e) = tokio::task::spawn_blocking(move || job.reload_and_log()).await {
+                            log::error!("config reload did not finish: {e}");
+                        }
+                    }
                     Ok(_) => return,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {

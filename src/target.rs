@@ -28,7 +28,8 @@
 use std::borrow::Cow;
 
 /// What to do with `%2F` and `%5C` in a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EscapedSlashes {
     /// Refuse the request (400): a path segment holding a slash means one
     /// thing to the gateway and possibly another to the upstream.

@@ -1,14 +1,12 @@
-//! Collects configuration problems and warnings by path, resolved to
+//! Collects configuration problems and warnings by [`KeyPath`], resolved to
 //! `line:column` positions, with the small checks every section shares. Both
 //! the general validation and the JWT section use it; it depends on neither.
 
 use super::duration::parse_duration;
 use super::position::PositionIndex;
+use super::problem::{KeyPath, ProblemKind};
 use super::Problem;
 use std::time::Duration;
-
-/// How a key that sluice names but does not implement yet is refused.
-pub(super) const NOT_YET: &str = "is not supported yet";
 
 /// Collects problems with their paths, resolved to positions at the end.
 pub(super) struct Checker<'a> {
@@ -35,63 +33,69 @@ impl<'a> Checker<'a> {
         (self.env)(name)
     }
 
-    pub(super) fn warning(&mut self, path: &str, message: impl Into<String>) {
-        let position = self.index.find(path).map(|p| (p.line, p.column));
-        self.warnings.push(Problem {
-            position,
-            message: format!("warning: {}", message.into()),
-        });
+    fn at(&self, path: &KeyPath, message: String) -> Problem {
+        let position = self.index.find(path.as_str()).map(|p| (p.line, p.column));
+        Problem { position, message }
     }
 
-    pub(super) fn problem(&mut self, path: &str, message: impl Into<String>) {
-        let position = self.index.find(path).map(|p| (p.line, p.column));
-        self.problems.push(Problem {
-            position,
-            message: message.into(),
-        });
+    /// Something that works but deserves the operator's attention.
+    pub(super) fn warning(&mut self, path: &KeyPath, kind: ProblemKind) {
+        let warning = self.at(path, format!("warning: {kind}"));
+        self.warnings.push(warning);
     }
 
+    /// Something that makes the configuration unusable.
+    pub(super) fn problem(&mut self, path: &KeyPath, kind: ProblemKind) {
+        let problem = self.at(path, kind.to_string());
+        self.problems.push(problem);
+    }
+
+    /// The duration at `path`, or `default` when it is absent or wrong.
     pub(super) fn duration(
         &mut self,
-        path: &str,
+        path: &KeyPath,
         text: Option<&str>,
         default: Duration,
     ) -> Duration {
-        match text {
+        match text.map(parse_duration) {
             None => default,
-            Some(text) => match parse_duration(text) {
-                Ok(d) => d,
-                Err(message) => {
-                    self.problem(path, format!("{}: {message}", leaf(path)));
-                    default
-                }
-            },
+            Some(Ok(d)) => d,
+            Some(Err(message)) => {
+                let key = path.leaf().to_string();
+                self.problem(path, ProblemKind::BadDuration { key, message });
+                default
+            }
         }
     }
 
-    pub(super) fn not_supported<T>(&mut self, path: &str, value: &Option<T>, what: &str) {
+    /// Refuses a key sluice does not implement yet.
+    pub(super) fn not_supported<T>(
+        &mut self,
+        path: &KeyPath,
+        value: &Option<T>,
+        what: &'static str,
+    ) {
         if value.is_some() {
-            self.problem(path, format!("{what} {NOT_YET}"));
+            self.problem(path, ProblemKind::NotSupported(what));
         }
     }
 
-    pub(super) fn name(&mut self, path: &str, name: &str, what: &str) {
+    /// Checks a route, limit, upstream or share name: `[a-z0-9_-]+`.
+    pub(super) fn name(&mut self, path: &KeyPath, name: &str, what: &'static str) {
         let ok = !name.is_empty()
             && name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
         if !ok {
-            self.problem(
-                path,
-                format!(
-                    "{what} name `{name}` must be non-empty and use only a-z, 0-9, `_` and `-`"
-                ),
-            );
+            let name = name.to_string();
+            self.problem(path, ProblemKind::BadName { what, name });
         }
     }
-}
 
-/// The last segment of a config path (`server.listen` → `listen`).
-pub(super) fn leaf(path: &str) -> &str {
-    path.rsplit('.').next().unwrap_or(path)
+    /// Checks a header field name.
+    pub(super) fn header_name(&mut self, path: &KeyPath, name: &str) {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            self.problem(path, ProblemKind::BadHeaderName(name.to_string()));
+        }
+    }
 }

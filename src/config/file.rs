@@ -6,6 +6,7 @@
 //! Keys that DESIGN names but sluice does not implement yet are accepted here as
 //! raw values so that validation can say "not supported yet" instead of "unknown".
 
+use super::{Backend, EscapedSlashes, HeaderStyle, OnError, OnMissing};
 use serde::Deserialize;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
@@ -41,7 +42,7 @@ pub struct ServerFile {
     pub pid_file: Option<String>,
     pub upgrade_sock: Option<String>,
     pub access_log: Option<AccessLogFile>,
-    pub escaped_slashes: Option<EscapedSlashesFile>,
+    pub escaped_slashes: Option<EscapedSlashes>,
     pub client_header_timeout: Option<String>,
     pub keepalive_timeout: Option<String>,
     pub client_body_timeout: Option<String>,
@@ -51,14 +52,6 @@ pub struct ServerFile {
     pub max_connections: Option<usize>,
     /// Not supported yet.
     pub tls: Option<Value>,
-}
-
-/// `server.escaped_slashes`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EscapedSlashesFile {
-    Reject,
-    Keep,
 }
 
 /// `server.access_log`.
@@ -104,30 +97,13 @@ pub struct JwtFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimiterFile {
-    pub backend: Option<BackendFile>,
+    pub backend: Option<Backend>,
     #[serde(default)]
     pub redis: RedisFile,
-    pub on_error: Option<OnErrorFile>,
+    pub on_error: Option<OnError>,
     pub deny_cache: Option<bool>,
     #[serde(default)]
     pub local: LocalFile,
-}
-
-/// `limiter.backend`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendFile {
-    Redis,
-    Local,
-}
-
-/// `limiter.on_error`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnErrorFile {
-    Allow,
-    Deny,
-    Local,
 }
 
 /// `limiter.redis:`.
@@ -158,17 +134,7 @@ pub struct LocalFile {
 #[serde(deny_unknown_fields)]
 pub struct ResponseFile {
     pub status: Option<u16>,
-    pub headers: Option<HeaderStyleFile>,
-}
-
-/// `response.headers`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HeaderStyleFile {
-    Legacy,
-    Draft,
-    Both,
-    None,
+    pub headers: Option<HeaderStyle>,
 }
 
 /// One entry of `upstreams:`.
@@ -241,7 +207,7 @@ pub struct LimitFile {
     pub limit: u64,
     pub window: Option<String>,
     pub algorithm: Option<AlgorithmFile>,
-    pub on_missing: Option<OnMissingFile>,
+    pub on_missing: Option<OnMissing>,
     #[serde(default)]
     pub shadow: bool,
     pub cost: Option<u64>,
@@ -318,8 +284,9 @@ impl<'de> Deserialize<'de> for KeyPartFile {
     }
 }
 
-/// `limits[].algorithm`.
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// `limits[].algorithm`: which algorithm, before its parameters are
+/// checked (they live in other keys of the limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AlgorithmFile {
     SlidingLog,
@@ -329,10 +296,15 @@ pub enum AlgorithmFile {
     Concurrency,
 }
 
-/// `limits[].on_missing`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnMissingFile {
-    Ip,
-    Skip,
+impl AlgorithmFile {
+    /// Its name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmFile::SlidingLog => "sliding_log",
+            AlgorithmFile::SlidingWindow => "sliding_window",
+            AlgorithmFile::FixedWindow => "fixed_window",
+            AlgorithmFile::TokenBucket => "token_bucket",
+            AlgorithmFile::Concurrency => "concurrency",
+        }
+    }
 }

@@ -4,11 +4,12 @@
 //! unreadable key file is a config error rather than a request-time surprise.
 
 use super::checker::Checker;
+use super::defaults::jwt as defaults;
 use super::file::JwtFile;
+use super::problem::{KeyPath, ProblemKind};
 use super::{IdentityConfig, JwtConfig, JwtKey};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::str::FromStr;
-use std::time::Duration;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Family {
@@ -27,61 +28,29 @@ fn family(algorithm: Algorithm) -> Option<Family> {
     }
 }
 
+/// `identity.jwt.<key>`.
+fn at(key: &str) -> KeyPath {
+    KeyPath::root("identity").key("jwt").key(key)
+}
+
 /// Checks `identity.jwt` and loads its key.
 pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
     let header = f
         .header
-        .clone()
-        .unwrap_or_else(|| "authorization".into())
+        .as_deref()
+        .unwrap_or(defaults::HEADER)
         .to_ascii_lowercase();
-    if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
-        c.problem(
-            "identity.jwt.header",
-            format!("`{header}` is not a valid header name"),
-        );
-    }
-    let names = f.algorithms.clone().unwrap_or_else(|| vec!["HS256".into()]);
-    if names.is_empty() {
-        c.problem(
-            "identity.jwt.algorithms",
-            "`algorithms` needs at least one algorithm",
-        );
-    }
-    let mut algorithms = Vec::new();
-    let mut families = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let path = format!("identity.jwt.algorithms[{i}]");
-        match Algorithm::from_str(name).ok().and_then(|a| Some((a, family(a)?))) {
-            Some((algorithm, fam)) => {
-                algorithms.push(algorithm);
-                if !families.contains(&fam) {
-                    families.push(fam);
-                }
-            }
-            None => c.problem(
-                &path,
-                format!("unknown or unsupported JWT algorithm `{name}` (use HS256/384/512, RS256/384/512, PS256/384/512, ES256/384; `none` is never accepted)"),
-            ),
-        }
-    }
-    if families.len() > 1 {
-        c.problem(
-            "identity.jwt.algorithms",
-            "`algorithms` must all use one kind of key: HS* (secret_env), RS*/PS* (an RSA public_key_file) or ES* (an EC public_key_file)",
-        );
-    }
+    c.header_name(&at("header"), &header);
+    let (algorithms, families) = algorithms(c, f);
     let key = match families.first() {
         Some(Family::Hmac) => hmac_key(c, f),
         Some(fam) => public_key(c, f, *fam),
         None => JwtKey::Secret(Vec::new()),
     };
-    let leeway = c.duration("identity.jwt.leeway", f.leeway.as_deref(), Duration::ZERO);
-    let claim = f.claim.clone().unwrap_or_else(|| "sub".into());
+    let leeway = c.duration(&at("leeway"), f.leeway.as_deref(), defaults::LEEWAY);
+    let claim = f.claim.as_deref().unwrap_or(defaults::CLAIM).to_string();
     if claim.is_empty() {
-        c.problem(
-            "identity.jwt.claim",
-            "`claim` must name a claim, such as sub",
-        );
+        c.problem(&at("claim"), ProblemKind::EmptyClaim);
     }
     IdentityConfig::Jwt(JwtConfig {
         header,
@@ -93,40 +62,64 @@ pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
     })
 }
 
+/// The algorithms, and the kinds of key they need (one, when valid).
+fn algorithms(c: &mut Checker, f: &JwtFile) -> (Vec<Algorithm>, Vec<Family>) {
+    let names = f
+        .algorithms
+        .clone()
+        .unwrap_or_else(|| vec![defaults::ALGORITHM.into()]);
+    if names.is_empty() {
+        let (key, item) = ("algorithms", "algorithm");
+        c.problem(&at("algorithms"), ProblemKind::NeedsOne { key, item });
+    }
+    let mut algorithms = Vec::new();
+    let mut families = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match Algorithm::from_str(name)
+            .ok()
+            .and_then(|a| Some((a, family(a)?)))
+        {
+            Some((algorithm, fam)) => {
+                algorithms.push(algorithm);
+                if !families.contains(&fam) {
+                    families.push(fam);
+                }
+            }
+            None => {
+                let kind = ProblemKind::UnknownJwtAlgorithm(name.clone());
+                c.problem(&at("algorithms").index(i), kind);
+            }
+        }
+    }
+    if families.len() > 1 {
+        c.problem(&at("algorithms"), ProblemKind::MixedJwtKeys);
+    }
+    (algorithms, families)
+}
+
 fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
     if f.public_key_file.is_some() {
-        c.problem(
-            "identity.jwt.public_key_file",
-            "HS* algorithms verify with `secret_env`, not a public key",
-        );
+        c.problem(&at("public_key_file"), ProblemKind::HmacWithPublicKey);
     }
     let var = f
         .secret_env
         .clone()
-        .unwrap_or_else(|| "SLUICE_JWT_SECRET".into());
+        .unwrap_or_else(|| defaults::SECRET_ENV.into());
     let path = if f.secret_env.is_some() {
-        "identity.jwt.secret_env"
+        at("secret_env")
     } else {
-        "identity.jwt"
+        KeyPath::root("identity").key("jwt")
     };
     match c.env(&var) {
         Some(secret) if !secret.is_empty() => {
             if secret.len() < 32 {
-                c.warning(
-                    path,
-                    format!(
-                        "the secret in `{var}` is {} bytes; HS256 wants at least 32",
-                        secret.len()
-                    ),
-                );
+                let bytes = secret.len();
+                c.warning(&path, ProblemKind::ShortSecret { var, bytes });
             }
             JwtKey::Secret(secret.into_bytes())
         }
         _ => {
-            c.problem(
-                path,
-                format!("environment variable `{var}` (the JWT secret) is not set or empty"),
-            );
+            c.problem(&path, ProblemKind::SecretUnset(var));
             JwtKey::Secret(Vec::new())
         }
     }
@@ -134,23 +127,24 @@ fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
 
 fn public_key(c: &mut Checker, f: &JwtFile, fam: Family) -> JwtKey {
     if f.secret_env.is_some() {
-        c.problem(
-            "identity.jwt.secret_env",
-            "RS*/PS*/ES* algorithms verify with `public_key_file`, not a secret",
-        );
+        c.problem(&at("secret_env"), ProblemKind::PublicKeyWithSecret);
     }
     let Some(file) = &f.public_key_file else {
         c.problem(
-            "identity.jwt",
-            "RS*/PS*/ES* algorithms need `public_key_file` (a PEM public key)",
+            &KeyPath::root("identity").key("jwt"),
+            ProblemKind::NeedsPublicKey,
         );
         return JwtKey::Secret(Vec::new());
     };
-    let path = "identity.jwt.public_key_file";
+    let path = at("public_key_file");
     let pem = match std::fs::read(file) {
         Ok(pem) => pem,
         Err(e) => {
-            c.problem(path, format!("cannot read `{file}`: {e}"));
+            let kind = ProblemKind::CannotRead {
+                file: file.clone(),
+                error: e.to_string(),
+            };
+            c.problem(&path, kind);
             return JwtKey::Secret(Vec::new());
         }
     };
@@ -159,13 +153,12 @@ fn public_key(c: &mut Checker, f: &JwtFile, fam: Family) -> JwtKey {
         _ => DecodingKey::from_ec_pem(&pem).map(|_| JwtKey::EcPem(pem)),
     };
     parsed.unwrap_or_else(|e| {
-        c.problem(
-            path,
-            format!(
-                "`{file}` is not a PEM {} public key: {e}",
-                if fam == Family::Rsa { "RSA" } else { "EC" }
-            ),
-        );
+        let kind = ProblemKind::NotPublicKey {
+            file: file.clone(),
+            family: if fam == Family::Rsa { "RSA" } else { "EC" },
+            error: e.to_string(),
+        };
+        c.problem(&path, kind);
         JwtKey::Secret(Vec::new())
     })
 }

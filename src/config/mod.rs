@@ -7,12 +7,15 @@
 //! module knows nothing of Redis or Pingora.
 
 mod checker;
+pub mod defaults;
 pub mod diff;
 pub mod duration;
 pub mod env;
 pub mod file;
 mod jwt;
 pub mod position;
+pub mod problem;
+mod resolve;
 mod validate;
 
 pub use crate::target::EscapedSlashes;
@@ -91,22 +94,6 @@ pub struct FrontDoorConfig {
     pub max_connections: usize,
 }
 
-impl Default for FrontDoorConfig {
-    /// nginx's defaults where nginx has one.
-    fn default() -> Self {
-        Self {
-            escaped_slashes: EscapedSlashes::Reject,
-            client_header_timeout: Duration::from_secs(10),
-            keepalive_timeout: Duration::from_secs(60),
-            client_body_timeout: Duration::from_secs(60),
-            send_timeout: Duration::from_secs(60),
-            max_header_bytes: 32 * 1024,
-            max_uri_bytes: 8 * 1024,
-            max_connections: 10_000,
-        }
-    }
-}
-
 /// How the client address is found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientIpConfig {
@@ -168,7 +155,8 @@ impl fmt::Debug for JwtConfig {
 }
 
 /// Which limiter answers decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// Redis, shared by every instance.
     Redis,
@@ -177,7 +165,8 @@ pub enum Backend {
 }
 
 /// What a decision does when Redis fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnError {
     /// Admit (fail open).
     Allow,
@@ -220,7 +209,8 @@ pub struct RedisConfig {
 }
 
 /// Which rate-limit headers responses carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HeaderStyle {
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
     Legacy,
@@ -246,7 +236,9 @@ pub struct ResponseConfig {
 pub struct UpstreamConfig {
     /// Its name in the file.
     pub name: String,
-    /// Resolved server addresses (non-empty).
+    /// Its servers as written (`host:port`).
+    pub addresses: Vec<String>,
+    /// The addresses they resolved to when the file was loaded (non-empty).
     pub servers: Vec<SocketAddr>,
     /// TCP health-check interval; `None` disables health checks.
     pub health_check: Option<Duration>,
@@ -385,7 +377,8 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// What to do when a key part is absent from a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnMissing {
     /// Use the client IP in its place.
     Ip,
@@ -557,6 +550,7 @@ impl Config {
         };
         let index = position::PositionIndex::build(&expanded);
         let (mut config, warnings) = validate::validate(parsed, &index, &lookup).map_err(fail)?;
+        resolve::resolve(&mut config, &index, &lookup).map_err(fail)?;
         config.warnings = fail(warnings)
             .to_string()
             .lines()

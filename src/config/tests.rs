@@ -309,3 +309,91 @@ fn the_jwt_secret_comes_through_the_injected_environment() {
     let without = Config::from_text(Path::new("test.yaml"), text, |_| None);
     assert!(without.is_err());
 }
+
+/// The `yaml` block of the reference in docs/configuration.md.
+fn documented_reference() -> String {
+    let docs = include_str!("../../docs/configuration.md");
+    let start = docs.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let end = start + docs[start..].find("```").expect("its end");
+    docs[start..end].to_string()
+}
+
+/// Every section that has a default equals it in `config`, and so do the
+/// upstream's and the limit's settings that have one.
+fn assert_spells_the_defaults(config: &Config, source: &str) {
+    assert_eq!(config.server, ServerConfig::default(), "{source}: server");
+    assert_eq!(
+        config.client_ip,
+        ClientIpConfig::default(),
+        "{source}: client_ip"
+    );
+    assert_eq!(
+        config.limiter,
+        LimiterConfig::default(),
+        "{source}: limiter"
+    );
+    assert_eq!(
+        config.response,
+        ResponseConfig::default(),
+        "{source}: response"
+    );
+    let upstream = &config.upstreams[0];
+    assert_eq!(
+        (
+            upstream.health_check,
+            upstream.connect_timeout,
+            upstream.read_timeout
+        ),
+        (
+            Some(defaults::upstream::HEALTH_INTERVAL),
+            defaults::upstream::CONNECT_TIMEOUT,
+            defaults::upstream::READ_TIMEOUT
+        ),
+        "{source}: upstream"
+    );
+    let limit = &config.routes[0].limits[0];
+    assert_eq!(limit.cost, defaults::limit::COST, "{source}: cost");
+    assert_eq!(
+        limit.on_missing,
+        defaults::limit::ON_MISSING,
+        "{source}: on_missing"
+    );
+    assert_eq!(
+        limit.algorithm,
+        Algorithm::SlidingLog,
+        "{source}: algorithm"
+    );
+}
+
+#[test]
+fn the_documented_reference_spells_the_defaults() {
+    let text = documented_reference();
+    let config = Config::from_text(Path::new("configuration.md"), &text, |_| None)
+        .unwrap_or_else(|e| panic!("the documented reference does not load:\n{e}"));
+    assert_spells_the_defaults(&config, "docs/configuration.md");
+}
+
+#[test]
+fn the_shipped_config_spells_the_defaults() {
+    let text = include_str!("../../conf/sluice.yaml");
+    let config = Config::from_text(Path::new("conf/sluice.yaml"), text, |_| None)
+        .unwrap_or_else(|e| panic!("conf/sluice.yaml does not load:\n{e}"));
+    assert_spells_the_defaults(&config, "conf/sluice.yaml");
+}
+
+#[test]
+fn a_changed_default_is_caught() {
+    let text = documented_reference().replace("timeout: 20ms", "timeout: 25ms");
+    let config = Config::from_text(Path::new("c.md"), &text, |_| None).expect("loads");
+    assert_ne!(config.limiter, LimiterConfig::default());
+}
+
+#[test]
+fn an_unresolvable_upstream_is_reported_where_it_is_written() {
+    let text = "upstreams:\n  api:\n    servers: [\"no-such-host.invalid:80\"]\n";
+    let error = load(text).expect_err("unresolvable").to_string();
+    assert!(
+        error.starts_with("test.yaml:3:15: cannot resolve `no-such-host.invalid:80`"),
+        "{error}"
+    );
+}

@@ -289,44 +289,10 @@ impl RedisLimiter {
                     .await
             })
         };
-        let Some(mut results) = self.answer_expired_while(call, deadline, &mut chunks).await else {
+        let Some(results) = self.answer_expired_while(call, deadline, &mut chunks).await else {
             return;
         };
-        // NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Load it once
-        // and run again only the calls that did not execute.
-        let lost: Vec<usize> = match &results {
-            Ok(values) => values
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| is_noscript(v))
-                .map(|(i, _)| i)
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        if !lost.is_empty() {
-            log::info!("Redis has no sluice script (restarted?): loading it");
-            let mut retry = redis::pipe();
-            retry.ignore_errors();
-            let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
-            for &i in &lost {
-                retry.add_command(commands[i].clone());
-            }
-            let load = tokio::time::timeout_at(deadline.into(), self.script.load_async(conn));
-            let reloaded = match load.await {
-                Ok(Ok(_)) => self.run(conn, &retry, deadline).await,
-                Ok(Err(e)) => Err(self.classify(e)),
-                Err(_) => Err(LimiterError::Timeout(self.budget)),
-            };
-            results = match (results, reloaded) {
-                (Ok(mut values), Ok(again)) => {
-                    for (&i, value) in lost.iter().zip(again) {
-                        values[i] = value;
-                    }
-                    Ok(values)
-                }
-                (_, Err(e)) | (Err(e), _) => Err(e),
-            };
-        }
+        let results = self.rerun_lost(conn, &pipe, results, deadline).await;
         match results {
             Ok(values) => {
                 for (chunk, value) in chunks.into_iter().zip(values) {
@@ -338,6 +304,51 @@ impl RedisLimiter {
                     queued.answer(Err(e.clone()));
                 }
             }
+        }
+    }
+
+    /// NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Loads it
+    /// once and runs again only the calls of `pipe` that did not execute.
+    async fn rerun_lost(
+        &self,
+        conn: &mut MultiplexedConnection,
+        pipe: &redis::Pipeline,
+        results: Result<Vec<redis::RedisResult<redis::Value>>, LimiterError>,
+        deadline: Instant,
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
+        let lost: Vec<usize> = match &results {
+            Ok(values) => values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| is_noscript(v))
+                .map(|(i, _)| i)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if lost.is_empty() {
+            return results;
+        }
+        log::info!("Redis has no sluice script (restarted?): loading it");
+        let mut retry = redis::pipe();
+        retry.ignore_errors();
+        let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+        for &i in &lost {
+            retry.add_command(commands[i].clone());
+        }
+        let load = tokio::time::timeout_at(deadline.into(), self.script.load_async(conn));
+        let reloaded = match load.await {
+            Ok(Ok(_)) => self.run(conn, &retry, deadline).await,
+            Ok(Err(e)) => Err(self.classify(e)),
+            Err(_) => Err(LimiterError::Timeout(self.budget)),
+        };
+        match (results, reloaded) {
+            (Ok(mut values), Ok(again)) => {
+                for (&i, value) in lost.iter().zip(again) {
+                    values[i] = value;
+                }
+                Ok(values)
+            }
+            (_, Err(e)) | (Err(e), _) => Err(e),
         }
     }
 

@@ -372,21 +372,13 @@ mod tests {
         assert!(parse_batch_line(b"").is_err());
     }
 
-    /// One table of Redis errors and what they mean, for both backends.
-    #[test]
-    fn redis_errors_are_classified_once_for_both_backends() {
+    /// I/O errors as redis-rs reports them, what each must classify as,
+    /// and what it must tell the circuit breaker.
+    fn io_errors() -> Vec<(redis::RedisError, &'static str, Option<Failure>)> {
         use redis::RedisError;
         use std::io;
-        let budget = Duration::from_millis(20);
         let io_error = |kind: io::ErrorKind| RedisError::from(io::Error::new(kind, "x"));
-        // An error reply as Redis sends it on the wire.
-        let reply = |text: &str| {
-            let wire = format!("-{text}\r\n");
-            redis::parse_redis_value(wire.as_bytes())
-                .and_then(redis::Value::extract_error)
-                .expect_err("an error reply")
-        };
-        let table: Vec<(RedisError, &str, Option<Failure>)> = vec![
+        vec![
             (
                 io_error(io::ErrorKind::ConnectionRefused),
                 "refused",
@@ -407,6 +399,19 @@ mod tests {
                 "timeout",
                 Some(Failure::Slow),
             ),
+        ]
+    }
+
+    /// Error replies as Redis sends them on the wire, what each must
+    /// classify as, and what it must tell the circuit breaker.
+    fn reply_errors() -> Vec<(redis::RedisError, &'static str, Option<Failure>)> {
+        let reply = |text: &str| {
+            let wire = format!("-{text}\r\n");
+            redis::parse_redis_value(wire.as_bytes())
+                .and_then(redis::Value::extract_error)
+                .expect_err("an error reply")
+        };
+        vec![
             (
                 reply("LOADING Redis is loading the dataset in memory"),
                 "unavailable",
@@ -454,8 +459,14 @@ mod tests {
             ),
             (reply("ERR user_script:1: bad"), "server", None),
             (reply("NOSCRIPT No matching script"), "server", None),
-        ];
-        for (error, expected, failure) in table {
+        ]
+    }
+
+    /// One table of Redis errors and what they mean, for both backends.
+    #[test]
+    fn redis_errors_are_classified_once_for_both_backends() {
+        let budget = Duration::from_millis(20);
+        for (error, expected, failure) in io_errors().into_iter().chain(reply_errors()) {
             let classified = classify(&error, budget);
             let kind = match &classified {
                 LimiterError::Refused(_) => "refused",

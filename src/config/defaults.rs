@@ -1,0 +1,123 @@
+//! Every default of the configuration, in one place. Validation starts from
+//! these values and overrides what the file sets; the reference in
+//! `docs/configuration.md` and the shipped `conf/sluice.yaml` are tested to
+//! spell exactly these (`config/tests.rs`).
+
+use super::{
+    Backend, ClientIpConfig, EscapedSlashes, FrontDoorConfig, HeaderStyle, LimiterConfig, OnError,
+    OnMissing, RedisConfig, ResponseConfig, ServerConfig,
+};
+use std::time::Duration;
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec!["0.0.0.0:8080".into()],
+            admin: "127.0.0.1:9091".into(),
+            threads: 2,
+            grace_period: Duration::from_secs(5),
+            pid_file: "/tmp/sluice.pid".into(),
+            upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
+            access_log: true,
+            front_door: FrontDoorConfig::default(),
+        }
+    }
+}
+
+impl Default for FrontDoorConfig {
+    /// nginx's defaults where nginx has one.
+    fn default() -> Self {
+        Self {
+            escaped_slashes: EscapedSlashes::Reject,
+            client_header_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            client_body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_header_bytes: 32 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_connections: 10_000,
+        }
+    }
+}
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        Self {
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self {
+            backend: Backend::Redis,
+            redis: RedisConfig::default(),
+            on_error: OnError::Local,
+            deny_cache: true,
+            local_max_keys: 1_000_000,
+            local_share: 1.0,
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379/0".into(),
+            cluster: Vec::new(),
+            timeout: Duration::from_millis(20),
+            key_prefix: "sluice:".into(),
+        }
+    }
+}
+
+impl Default for ResponseConfig {
+    fn default() -> Self {
+        Self {
+            status: 429,
+            headers: HeaderStyle::Legacy,
+        }
+    }
+}
+
+/// Defaults of an upstream pool.
+pub mod upstream {
+    use std::time::Duration;
+    /// `health_check.interval`.
+    pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+    /// `connect_timeout`.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// `read_timeout`.
+    pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+}
+
+/// Defaults of a limit.
+pub mod limit {
+    use super::OnMissing;
+    use std::time::Duration;
+    /// `cost`.
+    pub const COST: u64 = 1;
+    /// `on_missing`.
+    pub const ON_MISSING: OnMissing = OnMissing::Ip;
+    /// `buckets` of `sliding_window`.
+    pub const BUCKETS: u32 = 10;
+    /// `lease` of `concurrency`.
+    pub const LEASE: Duration = Duration::from_secs(30);
+}
+
+/// Defaults of `identity.jwt`.
+pub mod jwt {
+    use std::time::Duration;
+    /// `header`.
+    pub const HEADER: &str = "authorization";
+    /// `algorithms`.
+    pub const ALGORITHM: &str = "HS256";
+    /// `secret_env`.
+    pub const SECRET_ENV: &str = "SLUICE_JWT_SECRET";
+    /// `claim`.
+    pub const CLAIM: &str = "sub";
+    /// `leeway`.
+    pub const LEEWAY: Duration = Duration::ZERO;
+}

@@ -1,0 +1,416 @@
+//! Every problem and warning the configuration can report, as a kind with
+//! its own wording, and the typed path of the node it concerns.
+//!
+//! A [`KeyPath`] is built segment by segment (`KeyPath::root("routes")
+//! .index(0).key("limits")`), so it is always spelled the way the position
+//! index records nodes and a problem never loses its `line:column`.
+
+use std::fmt;
+
+/// The path of a node in the configuration file: keys joined by `.`, list
+/// items as `[i]` (`routes[0].limits[1].window`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPath(String);
+
+impl KeyPath {
+    /// A top-level key.
+    pub fn root(key: &str) -> Self {
+        KeyPath(key.to_string())
+    }
+
+    /// The child `key` of this mapping.
+    pub fn key(&self, key: &str) -> Self {
+        KeyPath(format!("{}.{key}", self.0))
+    }
+
+    /// Item `i` of this list.
+    pub fn index(&self, i: usize) -> Self {
+        KeyPath(format!("{}[{i}]", self.0))
+    }
+
+    /// The path as the position index spells it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The last key of the path (`server.listen[0]` → `listen[0]`,
+    /// `server.listen` → `listen`).
+    pub fn leaf(&self) -> &str {
+        self.0.rsplit('.').next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What is wrong (or, for warnings, worth knowing) about a configuration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProblemKind {
+    // ---- Shared shapes -------------------------------------------------
+    /// A key sluice names but does not implement yet.
+    #[error("{0} {NOT_YET}")]
+    NotSupported(&'static str),
+    /// A list that must not be empty.
+    #[error("`{key}` needs at least one {item}")]
+    NeedsOne {
+        /// The key.
+        key: &'static str,
+        /// What one item is.
+        item: &'static str,
+    },
+    /// A number outside its range.
+    #[error("`{key}` must be between {min} and {max}")]
+    Between {
+        /// The key.
+        key: String,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// A number or duration below its minimum.
+    #[error("`{key}` must be at least {min}")]
+    AtLeast {
+        /// The key.
+        key: &'static str,
+        /// The minimum, as written in the file (`1`, `1ms`).
+        min: &'static str,
+    },
+    /// A duration above its maximum.
+    #[error("`{key}` must be at most {max}")]
+    AtMost {
+        /// The key.
+        key: &'static str,
+        /// The maximum, as written in the file.
+        max: &'static str,
+    },
+    /// A zero duration where time must pass.
+    #[error("`{0}` must be greater than zero")]
+    Zero(String),
+    /// An empty string.
+    #[error("`{0}` must not be empty")]
+    Empty(String),
+    /// A duration that does not parse.
+    #[error("{key}: {message}")]
+    BadDuration {
+        /// The key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+    /// A name outside `[a-z0-9_-]+`.
+    #[error("{what} name `{name}` must be non-empty and use only a-z, 0-9, `_` and `-`")]
+    BadName {
+        /// Route, limit, upstream or share.
+        what: &'static str,
+        /// The name as written.
+        name: String,
+    },
+    /// Not a header field name.
+    #[error("`{0}` is not a valid header name")]
+    BadHeaderName(String),
+    /// Two names that must differ.
+    #[error("duplicate {what} name `{name}`{}", in_route(.within))]
+    Duplicate {
+        /// Route or limit.
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// The route it is duplicated in, for limits.
+        within: Option<String>,
+    },
+    /// Two keys of which one at most may be set.
+    #[error("{owner} either `{a}` or `{b}`, not both")]
+    NotBoth {
+        /// The owner, as the sentence starts (`identity` has…, use…).
+        owner: &'static str,
+        /// The first key.
+        a: &'static str,
+        /// The second key.
+        b: &'static str,
+    },
+    /// Two keys of which one must be set.
+    #[error("{owner} needs `{a}` or `{b}`")]
+    NeedsEither {
+        /// The owner, as the sentence starts.
+        owner: String,
+        /// The first key.
+        a: &'static str,
+        /// The second key.
+        b: &'static str,
+    },
+
+    // ---- server and client_ip -------------------------------------------
+    /// A listen address that is not IP:port.
+    #[error("`{0}` is not an IP:port listen address (for example 0.0.0.0:8080 or [::]:8080)")]
+    BadListenAddress(String),
+    /// The admin listener on a proxy port.
+    #[error("admin address `{0}` is also a proxy listener")]
+    AdminIsListener(String),
+    /// `upgrade_sock` and `pid_file` naming one file.
+    #[error("`upgrade_sock` and `pid_file` must be different files")]
+    SameFile,
+    /// The URI bound above the head bound.
+    #[error("`max_uri_bytes` cannot exceed `max_header_bytes` (the target is part of the head)")]
+    UriOverHead,
+    /// Not a CIDR or an IP.
+    #[error("`{0}` is not a CIDR (such as 10.0.0.0/8) or an IP address")]
+    BadCidr(String),
+
+    // ---- limiter and response ---------------------------------------------
+    /// Not a `redis://` URL.
+    #[error("`{0}` is not a Redis URL (redis://host:port/db)")]
+    NotRedisUrl(String),
+    /// A URL scheme sluice does not speak.
+    #[error("unknown Redis URL scheme `{0}` (use redis://)")]
+    UnknownRedisScheme(String),
+    /// `rediss://`.
+    #[error("TLS to Redis (`rediss://`) {NOT_YET}")]
+    RedisTlsNotYet,
+    /// A key prefix that would move keys between Cluster slots.
+    #[error("`key_prefix` must be at most 64 bytes and contain no `{{` or `}}` (they would change Redis Cluster slots)")]
+    BadKeyPrefix,
+    /// `local.share` outside (0, 1].
+    #[error("`share` must be a fraction in (0, 1], written as 1/3 or 0.33")]
+    BadShare,
+    /// A denial status that is not 4xx.
+    #[error("`status` of a denied request must be a 4xx code")]
+    DenyStatus,
+
+    // ---- upstreams ----------------------------------------------------------
+    /// `http://host:port` where `host:port` is meant.
+    #[error("`{0}`: write host:port without a scheme")]
+    ServerWithScheme(String),
+    /// DNS knows the name but gives no address.
+    #[error("`{0}` resolves to no address")]
+    ResolvesToNothing(String),
+    /// DNS failed.
+    #[error("cannot resolve `{server}` (host:port): {error}")]
+    Unresolvable {
+        /// The server as written.
+        server: String,
+        /// Why.
+        error: String,
+    },
+
+    // ---- routes -------------------------------------------------------------
+    /// Not an HTTP method.
+    #[error("`{0}` is not an HTTP method")]
+    BadMethod(String),
+    /// `methods: []`.
+    #[error("`methods: []` matches nothing; omit it to match any method")]
+    NoMethods,
+    /// Not a host name or address.
+    #[error("`{0}` is not a host name or address")]
+    BadHost(String),
+    /// A route naming an upstream that does not exist.
+    #[error("unknown upstream `{name}` (defined: {})", list_or_none(.known))]
+    UnknownUpstream {
+        /// The name.
+        name: String,
+        /// The upstreams that do.
+        known: Vec<String>,
+    },
+    /// A path pattern without its leading `/`.
+    #[error("`{0}` must start with `/`")]
+    PathWithoutSlash(String),
+    /// A path pattern that requests could never spell.
+    #[error("`{value}` is not a canonical path (requests are matched as `{canonical}`): write `{canonical}`")]
+    NotCanonicalPath {
+        /// As written.
+        value: String,
+        /// As requests are matched.
+        canonical: String,
+    },
+    /// A path pattern that is not a path.
+    #[error("`{value}` is not a valid path: {error}")]
+    BadPath {
+        /// As written.
+        value: String,
+        /// Why.
+        error: String,
+    },
+
+    // ---- limits -------------------------------------------------------------
+    /// A parameter of another algorithm.
+    #[error("`{key}` applies to algorithm {algorithm} only")]
+    OnlyFor {
+        /// The key.
+        key: &'static str,
+        /// The algorithm it belongs to.
+        algorithm: &'static str,
+    },
+    /// `limit: 0`.
+    #[error("`limit` must be at least 1 (to block a route, use `respond` with a 403)")]
+    ZeroLimit,
+    /// `window` on a concurrency limit.
+    #[error("a concurrency limit has no `window` (it limits requests in flight; `lease` bounds how long one is held)")]
+    ConcurrencyWindow,
+    /// A limit without its window.
+    #[error("limit `{0}` needs a `window` (such as 10s or 1m)")]
+    NeedsWindow(String),
+    /// A sliding log too long to keep.
+    #[error("a sliding_log limit keeps one entry per admitted unit; {limit} per window is too many (at most {max}); use algorithm: sliding_window")]
+    LogTooLong {
+        /// The limit.
+        limit: u64,
+        /// The longest log allowed.
+        max: u64,
+    },
+    /// Warning: a long sliding log.
+    #[error("a sliding_log limit of {limit} keeps up to {limit} entries (about {} KiB) per key in Redis; algorithm: sliding_window needs {counters} counters per key whatever the limit", .limit * 100 / 1024)]
+    LogLong {
+        /// The limit.
+        limit: u64,
+        /// Counters a sliding window would need instead.
+        counters: u32,
+    },
+    /// A window not divisible into its buckets.
+    #[error("`window` {window} does not divide into {buckets} equal sub-windows (whole microseconds); pick a window or a bucket count that divides it")]
+    BucketsDoNotDivide {
+        /// The window, as written back.
+        window: String,
+        /// The bucket count.
+        buckets: u32,
+    },
+    /// A cost no bucket can ever hold.
+    #[error("`cost` {cost} exceeds `burst` {burst}: no request could ever pass")]
+    CostOverBurst {
+        /// The cost.
+        cost: u64,
+        /// The burst.
+        burst: u64,
+    },
+    /// A cost no window can ever admit.
+    #[error("`cost` {cost} exceeds `limit` {limit}: no request could ever pass")]
+    CostOverLimit {
+        /// The cost.
+        cost: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// One share twice in a route.
+    #[error("route `{route}` uses share `{share}` twice")]
+    ShareTwice {
+        /// The route.
+        route: String,
+        /// The share.
+        share: String,
+    },
+    /// Limits sharing a counter that count differently.
+    #[error("share `{share}` is also used by route `{route}` limit `{limit}` with a different algorithm, limit, window or key; limits sharing a counter must count alike (only `cost` may differ)")]
+    ShareMismatch {
+        /// The share.
+        share: String,
+        /// The route of the first limit using it.
+        route: String,
+        /// That limit.
+        limit: String,
+    },
+    /// Warning: a `user` key with no identity configured.
+    #[error("limit `{0}` keys by `user` but no `identity` is configured: every request takes `on_missing`")]
+    UserWithoutIdentity(String),
+
+    // ---- identity.jwt --------------------------------------------------------
+    /// An algorithm sluice does not verify.
+    #[error("unknown or unsupported JWT algorithm `{0}` (use HS256/384/512, RS256/384/512, PS256/384/512, ES256/384; `none` is never accepted)")]
+    UnknownJwtAlgorithm(String),
+    /// Algorithms needing different kinds of key.
+    #[error("`algorithms` must all use one kind of key: HS* (secret_env), RS*/PS* (an RSA public_key_file) or ES* (an EC public_key_file)")]
+    MixedJwtKeys,
+    /// `claim: ""`.
+    #[error("`claim` must name a claim, such as sub")]
+    EmptyClaim,
+    /// A public key given to HS*.
+    #[error("HS* algorithms verify with `secret_env`, not a public key")]
+    HmacWithPublicKey,
+    /// A secret given to RS*/PS*/ES*.
+    #[error("RS*/PS*/ES* algorithms verify with `public_key_file`, not a secret")]
+    PublicKeyWithSecret,
+    /// RS*/PS*/ES* without a key file.
+    #[error("RS*/PS*/ES* algorithms need `public_key_file` (a PEM public key)")]
+    NeedsPublicKey,
+    /// Warning: a short HMAC secret.
+    #[error("the secret in `{var}` is {bytes} bytes; HS256 wants at least 32")]
+    ShortSecret {
+        /// The variable.
+        var: String,
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The secret's variable unset or empty.
+    #[error("environment variable `{0}` (the JWT secret) is not set or empty")]
+    SecretUnset(String),
+    /// A key file that cannot be read.
+    #[error("cannot read `{file}`: {error}")]
+    CannotRead {
+        /// The file.
+        file: String,
+        /// Why.
+        error: String,
+    },
+    /// A key file that is not the key its algorithms need.
+    #[error("`{file}` is not a PEM {family} public key: {error}")]
+    NotPublicKey {
+        /// The file.
+        file: String,
+        /// RSA or EC.
+        family: &'static str,
+        /// Why.
+        error: String,
+    },
+}
+
+/// How a key sluice does not implement yet is refused.
+pub const NOT_YET: &str = "is not supported yet";
+
+/// ` in route `NAME``, or nothing.
+fn in_route(within: &Option<String>) -> String {
+    within
+        .as_ref()
+        .map(|route| format!(" in route `{route}`"))
+        .unwrap_or_default()
+}
+
+/// `a, b` or `none`.
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_spelled_as_the_position_index_spells_them() {
+        let limit = KeyPath::root("routes").index(2).key("limits").index(0);
+        assert_eq!(limit.key("window").as_str(), "routes[2].limits[0].window");
+        assert_eq!(limit.key("window").leaf(), "window");
+        let index = super::super::position::PositionIndex::build(
+            "routes:\n  - name: a\n  - name: b\n  - name: c\n    limits:\n      - window: 1s\n",
+        );
+        let found = index.find(limit.key("window").as_str()).expect("indexed");
+        assert_eq!((found.line, found.column), (6, 17));
+    }
+
+    #[test]
+    fn kinds_say_what_to_write() {
+        let kind = ProblemKind::NotCanonicalPath {
+            value: "/a//b".into(),
+            canonical: "/a/b".into(),
+        };
+        assert!(kind.to_string().ends_with("write `/a/b`"));
+        let kind = ProblemKind::UnknownUpstream {
+            name: "x".into(),
+            known: vec![],
+        };
+        assert_eq!(kind.to_string(), "unknown upstream `x` (defined: none)");
+    }
+}

@@ -1,0 +1,112 @@
+//! `limiter:` and `response:`.
+
+use super::super::checker::Checker;
+use super::super::file::{LimiterFile, ResponseFile};
+use super::super::problem::{KeyPath, ProblemKind};
+use super::super::{Backend, LimiterConfig, RedisConfig, ResponseConfig};
+
+pub(super) fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
+    let d = LimiterConfig::default();
+    let backend = f.backend.unwrap_or(d.backend);
+    let redis = redis(c, f, backend);
+    let at = |key: &str| KeyPath::root("limiter").key("local").key(key);
+    let local_share = match &f.local.share {
+        None => d.local_share,
+        Some(value) => parse_share(value).unwrap_or_else(|| {
+            c.problem(&at("share"), ProblemKind::BadShare);
+            d.local_share
+        }),
+    };
+    let local_max_keys = f.local.max_keys.unwrap_or(d.local_max_keys);
+    if local_max_keys == 0 {
+        let kind = ProblemKind::AtLeast {
+            key: "max_keys",
+            min: "1",
+        };
+        c.problem(&at("max_keys"), kind);
+    }
+    LimiterConfig {
+        backend,
+        redis,
+        on_error: f.on_error.unwrap_or(d.on_error),
+        deny_cache: f.deny_cache.unwrap_or(d.deny_cache),
+        local_max_keys,
+        local_share,
+    }
+}
+
+fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
+    let d = RedisConfig::default();
+    let r = &f.redis;
+    let at = |key: &str| KeyPath::root("limiter").key("redis").key(key);
+    let url = r.url.clone().unwrap_or(d.url);
+    if backend == Backend::Redis {
+        if let Err(kind) = redis_url_check(&url) {
+            c.problem(&at("url"), kind);
+        }
+    }
+    for (i, node) in r.cluster.iter().enumerate() {
+        if let Err(kind) = redis_url_check(node) {
+            c.problem(&at("cluster").index(i), kind);
+        }
+    }
+    let tls = "TLS to Redis (`limiter.redis.tls`; use a rediss:// URL)";
+    c.not_supported(&at("tls"), &r.tls, tls);
+    let timeout = c.duration(&at("timeout"), r.timeout.as_deref(), d.timeout);
+    if timeout.is_zero() {
+        c.problem(&at("timeout"), ProblemKind::Zero("timeout".into()));
+    }
+    let key_prefix = r.key_prefix.clone().unwrap_or(d.key_prefix);
+    if key_prefix.contains(['{', '}']) || key_prefix.len() > 64 {
+        c.problem(&at("key_prefix"), ProblemKind::BadKeyPrefix);
+    }
+    RedisConfig {
+        url,
+        cluster: r.cluster.clone(),
+        timeout,
+        key_prefix,
+    }
+}
+
+/// `1/3`, `0.33` or `1` → the fraction, if it is in (0, 1].
+fn parse_share(value: &serde_yaml::Value) -> Option<f64> {
+    let share = match value {
+        serde_yaml::Value::Number(n) => n.as_f64()?,
+        serde_yaml::Value::String(text) => match text.split_once('/') {
+            Some((num, den)) => {
+                let num: f64 = num.trim().parse().ok()?;
+                let den: f64 = den.trim().parse().ok()?;
+                num / den
+            }
+            None => text.trim().parse().ok()?,
+        },
+        _ => return None,
+    };
+    (share > 0.0 && share <= 1.0 && share.is_finite()).then_some(share)
+}
+
+fn redis_url_check(url: &str) -> Result<(), ProblemKind> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(ProblemKind::NotRedisUrl(url.to_string()));
+    };
+    match scheme {
+        "redis" | "redis+unix" | "unix" => Ok(()),
+        "rediss" => Err(ProblemKind::RedisTlsNotYet),
+        other => Err(ProblemKind::UnknownRedisScheme(other.to_string())),
+    }
+}
+
+pub(super) fn response(c: &mut Checker, f: &ResponseFile) -> ResponseConfig {
+    let d = ResponseConfig::default();
+    let status = f.status.unwrap_or(d.status);
+    if !(400..=499).contains(&status) {
+        c.problem(
+            &KeyPath::root("response").key("status"),
+            ProblemKind::DenyStatus,
+        );
+    }
+    ResponseConfig {
+        status,
+        headers: f.headers.unwrap_or(d.headers),
+    }
+}

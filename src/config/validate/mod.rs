@@ -1,0 +1,71 @@
+//! File schema → [`Config`], with every semantic check the reference
+//! (docs/configuration.md) implies, one module per section. Each section
+//! starts from its defaults (`config/defaults.rs`) and reports problems
+//! through the [`Checker`] by typed [`KeyPath`]. Upstream names are resolved
+//! afterwards, outside validation (`config/resolve.rs`).
+
+mod limit;
+mod limiter;
+mod route;
+mod server;
+mod upstream;
+
+use super::checker::Checker;
+use super::file::FileConfig;
+use super::position::PositionIndex;
+use super::problem::{KeyPath, ProblemKind};
+use super::{Config, IdentityConfig, KeyPart, Problem, RouteConfig};
+
+/// Validates `file`; on success also returns the warnings.
+pub(super) fn validate(
+    file: FileConfig,
+    index: &PositionIndex,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let mut c = Checker::new(index, env);
+    let server = server::server(&mut c, &file.server);
+    let client_ip = server::client_ip(&mut c, &file.client_ip);
+    let identity = server::identity(&mut c, file.identity.as_ref());
+    let limiter = limiter::limiter(&mut c, &file.limiter);
+    let response = limiter::response(&mut c, &file.response);
+    let upstreams = file
+        .upstreams
+        .iter()
+        .map(|(name, u)| upstream::upstream(&mut c, name, u))
+        .collect::<Vec<_>>();
+    let routes = route::routes(&mut c, &file.routes, &upstreams);
+    if identity == IdentityConfig::None {
+        warn_user_keys_without_identity(&mut c, &routes);
+    }
+    if !c.problems.is_empty() {
+        return Err(c.problems);
+    }
+    let config = Config {
+        server,
+        client_ip,
+        identity,
+        limiter,
+        response,
+        upstreams,
+        routes,
+        warnings: Vec::new(),
+    };
+    Ok((config, c.warnings))
+}
+
+/// A `user` key part with no identity configured: every request is missing it.
+fn warn_user_keys_without_identity(c: &mut Checker, routes: &[RouteConfig]) {
+    for (r, route) in routes.iter().enumerate() {
+        for (l, limit) in route.limits.iter().enumerate() {
+            if limit.key.contains(&KeyPart::User) {
+                let path = route::limit_path(r, l).key("key");
+                c.warning(&path, ProblemKind::UserWithoutIdentity(limit.name.clone()));
+            }
+        }
+    }
+}
+
+/// `routes[r]`.
+fn route_path(r: usize) -> KeyPath {
+    KeyPath::root("routes").index(r)
+}

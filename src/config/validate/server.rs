@@ -1,0 +1,206 @@
+//! `server:`, `client_ip:` and `identity:`.
+
+use super::super::checker::Checker;
+use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile};
+use super::super::problem::{KeyPath, ProblemKind};
+use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
+    let d = ServerConfig::default();
+    let at = |key: &str| KeyPath::root("server").key(key);
+    c.not_supported(&at("tls"), &s.tls, "TLS listeners (`server.tls`)");
+    let listen = s.listen.clone().unwrap_or(d.listen);
+    if listen.is_empty() {
+        let item = "address";
+        c.problem(
+            &at("listen"),
+            ProblemKind::NeedsOne {
+                key: "listen",
+                item,
+            },
+        );
+    }
+    for (i, addr) in listen.iter().enumerate() {
+        check_listen_addr(c, &at("listen").index(i), addr);
+    }
+    let admin = s.admin.clone().unwrap_or(d.admin);
+    check_listen_addr(c, &at("admin"), &admin);
+    if listen.contains(&admin) {
+        c.problem(&at("admin"), ProblemKind::AdminIsListener(admin.clone()));
+    }
+    let threads = s.threads.unwrap_or(d.threads);
+    check_between(c, &at("threads"), threads, (1, 1024));
+    let grace_period = c.duration(
+        &at("grace_period"),
+        s.grace_period.as_deref(),
+        d.grace_period,
+    );
+    let pid_file = path_setting(c, &at("pid_file"), &s.pid_file, d.pid_file);
+    let upgrade_sock = path_setting(c, &at("upgrade_sock"), &s.upgrade_sock, d.upgrade_sock);
+    if pid_file == upgrade_sock {
+        c.problem(&at("upgrade_sock"), ProblemKind::SameFile);
+    }
+    ServerConfig {
+        listen,
+        admin,
+        threads,
+        grace_period,
+        pid_file,
+        upgrade_sock,
+        access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),
+        front_door: front_door(c, s),
+    }
+}
+
+fn front_door(c: &mut Checker, s: &ServerFile) -> FrontDoorConfig {
+    let d = FrontDoorConfig::default();
+    let at = |key: &str| KeyPath::root("server").key(key);
+    let mut timeout = |name: &str, text: &Option<String>, default: Duration| {
+        let value = c.duration(&at(name), text.as_deref(), default);
+        if value.is_zero() {
+            c.problem(&at(name), ProblemKind::Zero(name.to_string()));
+        }
+        value
+    };
+    let client_header_timeout = timeout(
+        "client_header_timeout",
+        &s.client_header_timeout,
+        d.client_header_timeout,
+    );
+    let keepalive_timeout = timeout(
+        "keepalive_timeout",
+        &s.keepalive_timeout,
+        d.keepalive_timeout,
+    );
+    let client_body_timeout = timeout(
+        "client_body_timeout",
+        &s.client_body_timeout,
+        d.client_body_timeout,
+    );
+    let send_timeout = timeout("send_timeout", &s.send_timeout, d.send_timeout);
+    let mut bounded = |name: &str, value: Option<usize>, default: usize, range: (u64, u64)| {
+        let value = value.unwrap_or(default);
+        check_between(c, &at(name), value, range);
+        value
+    };
+    let max_header_bytes = bounded(
+        "max_header_bytes",
+        s.max_header_bytes,
+        d.max_header_bytes,
+        (1024, 1 << 20),
+    );
+    let max_uri_bytes = bounded(
+        "max_uri_bytes",
+        s.max_uri_bytes,
+        d.max_uri_bytes,
+        (64, 1 << 20),
+    );
+    let max_connections = bounded(
+        "max_connections",
+        s.max_connections,
+        d.max_connections,
+        (1, 1_000_000),
+    );
+    if max_uri_bytes > max_header_bytes {
+        c.problem(&at("max_uri_bytes"), ProblemKind::UriOverHead);
+    }
+    FrontDoorConfig {
+        escaped_slashes: s.escaped_slashes.unwrap_or(d.escaped_slashes),
+        client_header_timeout,
+        keepalive_timeout,
+        client_body_timeout,
+        send_timeout,
+        max_header_bytes,
+        max_uri_bytes,
+        max_connections,
+    }
+}
+
+/// A number that must lie in `range` (inclusive).
+pub(super) fn check_between(
+    c: &mut Checker,
+    path: &KeyPath,
+    value: impl TryInto<u64>,
+    range: (u64, u64),
+) {
+    let value = value.try_into().unwrap_or(u64::MAX);
+    if value < range.0 || value > range.1 {
+        let (min, max) = range;
+        let key = path.leaf().to_string();
+        c.problem(path, ProblemKind::Between { key, min, max });
+    }
+}
+
+/// A file path setting: non-empty, defaulting to `default`.
+fn path_setting(
+    c: &mut Checker,
+    path: &KeyPath,
+    value: &Option<String>,
+    default: String,
+) -> String {
+    match value.as_deref() {
+        None => default,
+        Some("") => {
+            c.problem(path, ProblemKind::Empty(path.leaf().to_string()));
+            default
+        }
+        Some(text) => text.to_string(),
+    }
+}
+
+fn check_listen_addr(c: &mut Checker, path: &KeyPath, addr: &str) {
+    if addr.parse::<SocketAddr>().is_err() {
+        c.problem(path, ProblemKind::BadListenAddress(addr.to_string()));
+    }
+}
+
+pub(super) fn client_ip(c: &mut Checker, f: &ClientIpFile) -> ClientIpConfig {
+    let d = ClientIpConfig::default();
+    let at = |key: &str| KeyPath::root("client_ip").key(key);
+    let mut trusted_proxies = Vec::new();
+    for (i, text) in f.trusted_proxies.iter().enumerate() {
+        let parsed = text
+            .parse::<IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+        match parsed {
+            Ok(net) => trusted_proxies.push(net.trunc()),
+            Err(_) => c.problem(
+                &at("trusted_proxies").index(i),
+                ProblemKind::BadCidr(text.clone()),
+            ),
+        }
+    }
+    let ipv6_prefix = f.ipv6_prefix.unwrap_or(d.ipv6_prefix);
+    check_between(c, &at("ipv6_prefix"), ipv6_prefix, (1, 128));
+    ClientIpConfig {
+        trusted_proxies,
+        ipv6_prefix,
+    }
+}
+
+pub(super) fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityConfig {
+    let Some(f) = f else {
+        return IdentityConfig::None;
+    };
+    let path = KeyPath::root("identity");
+    let (a, b) = ("header", "jwt");
+    match (&f.header, &f.jwt) {
+        (Some(_), Some(_)) => {
+            let owner = "`identity` has";
+            c.problem(&path, ProblemKind::NotBoth { owner, a, b });
+            IdentityConfig::None
+        }
+        (Some(name), None) => {
+            c.header_name(&path.key("header"), name);
+            IdentityConfig::Header(name.to_ascii_lowercase())
+        }
+        (None, Some(jwt)) => super::super::jwt::validate(c, jwt),
+        (None, None) => {
+            let owner = "`identity`".to_string();
+            c.problem(&path, ProblemKind::NeedsEither { owner, a, b });
+            IdentityConfig::None
+        }
+    }
+}
