@@ -466,11 +466,24 @@ impl Sluice {
         admin: SocketAddr,
         env: &[(&str, &str)],
     ) -> Self {
+        let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
+        Self::start_binary(binary, config, addr, admin, env)
+    }
+
+    /// Like [`Sluice::start_with`], running `binary` (an earlier build, for
+    /// a before/after benchmark).
+    pub fn start_binary(
+        binary: &Path,
+        config: &str,
+        addr: SocketAddr,
+        admin: SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("sluice.yaml");
         std::fs::write(&path, config).expect("write config");
         let log = dir.path().join("sluice.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        let mut command = Command::new(binary);
         command
             .arg("--config")
             .arg(&path)

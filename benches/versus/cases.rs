@@ -1,0 +1,266 @@
+//! The servers under test: sluice in its configurations (and, with
+//! `--before`, an earlier build of it), nginx `limit_req`, nginx + Lua +
+//! Redis, and the upstream alone; all started for a run and stopped after.
+
+use crate::common::{free_port, wait_until, RedisServer, Sluice};
+use crate::process::{children_of, wait_for_port, Daemon};
+use crate::{LIMIT, NGINX_MODULES, WINDOW_US};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// One server under test.
+pub struct Case {
+    pub name: &'static str,
+    pub addr: SocketAddr,
+    /// The process whose CPU time is the server's (nginx: its worker).
+    pub pid: u32,
+    /// Whether it limits (a no-limit case runs only the `allowed` scenario).
+    pub limits: bool,
+    /// Whether it calls Redis per request.
+    pub redis: bool,
+}
+
+pub const NGINX_LIMIT_REQ: &str = "nginx limit_req";
+pub const NGINX_LUA: &str = "nginx + Lua + Redis (sliding_log)";
+pub const SLUICE_NOLIMIT: &str = "sluice, no limit";
+pub const SLUICE_LOG: &str = "sluice + Redis, sliding_log";
+pub const SLUICE_WINDOW: &str = "sluice + Redis, sliding_window";
+pub const SLUICE_LOCAL: &str = "sluice, backend: local";
+pub const BEFORE_NOLIMIT: &str = "sluice before, no limit";
+pub const BEFORE_LOG: &str = "sluice before + Redis, sliding_log";
+pub const UPSTREAM_ALONE: &str = "upstream alone (no proxy)";
+pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
+
+/// Everything started for the run; dropped (killed) at the end.
+pub struct Bench {
+    pub redis: RedisServer,
+    _upstream: Daemon,
+    pub upstream_addr: SocketAddr,
+    pub upstream_case: Case,
+    _sluices: Vec<Sluice>,
+    _nginx: Vec<Daemon>,
+    pub cases: Vec<Case>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn start_all(before: Option<&Path>) -> Bench {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let redis = RedisServer::start();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(sluice::limiter::wire::DECIDE_SCRIPT)
+        .query(&mut redis.connection())
+        .expect("SCRIPT LOAD");
+    let upstream_port = free_port();
+    let upstream = Daemon::spawn(
+        "upstream",
+        Command::new(std::env::current_exe().expect("current exe"))
+            .args(["--upstream", &format!("127.0.0.1:{upstream_port}")]),
+        dir.path(),
+    );
+    wait_for_port(upstream_port);
+
+    let mut cases = Vec::new();
+    let mut sluices = Vec::new();
+    let limit = |algorithm: &str| {
+        format!(
+            "    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {LIMIT}, window: 1m, algorithm: {algorithm} }}\n"
+        )
+    };
+    let no_limit = "    limits: []\n".to_string();
+    let current = Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let mut runs = vec![
+        (
+            SLUICE_NOLIMIT,
+            "redis",
+            "nolimit:",
+            no_limit.clone(),
+            current,
+        ),
+        (SLUICE_LOG, "redis", "log:", limit("sliding_log"), current),
+        (
+            SLUICE_WINDOW,
+            "redis",
+            "window:",
+            limit("sliding_window"),
+            current,
+        ),
+        (
+            SLUICE_LOCAL,
+            "local",
+            "local:",
+            limit("sliding_log"),
+            current,
+        ),
+    ];
+    if let Some(before) = before {
+        runs.push((BEFORE_NOLIMIT, "redis", "before-nolimit:", no_limit, before));
+        runs.push((
+            BEFORE_LOG,
+            "redis",
+            "before-log:",
+            limit("sliding_log"),
+            before,
+        ));
+    }
+    for (name, backend, prefix, limits, binary) in runs {
+        let run = SluiceRun {
+            backend,
+            prefix,
+            limits: &limits,
+            binary,
+        };
+        let sluice = run.start(dir.path(), &redis, upstream_port);
+        cases.push(Case {
+            name,
+            addr: sluice.addr,
+            pid: sluice.pid(),
+            limits: !limits.contains("[]"),
+            redis: backend == "redis" && !limits.contains("[]"),
+        });
+        sluices.push(sluice);
+    }
+
+    let mut nginx = Vec::new();
+    for (name, lua) in [(NGINX_LIMIT_REQ, false), (NGINX_LUA, true)] {
+        let (daemon, addr, worker) = start_nginx(dir.path(), lua, upstream_port, redis.port, &sha);
+        cases.push(Case {
+            name,
+            addr,
+            pid: worker,
+            limits: true,
+            redis: lua,
+        });
+        nginx.push(daemon);
+    }
+    let upstream_pid = upstream.child.id();
+    Bench {
+        redis,
+        _upstream: upstream,
+        upstream_addr: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+        upstream_case: Case {
+            name: UPSTREAM_ALONE,
+            addr: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+            pid: upstream_pid,
+            limits: false,
+            redis: false,
+        },
+        _sluices: sluices,
+        _nginx: nginx,
+        cases,
+        _dir: dir,
+    }
+}
+
+impl Bench {
+    /// The cases of the fixed-rate pass: every server, then the upstream
+    /// alone (the floor: what the machine and the client add by themselves).
+    pub fn paced_cases(&self) -> impl Iterator<Item = &Case> {
+        self.cases
+            .iter()
+            .chain(std::iter::once(&self.upstream_case))
+    }
+}
+
+/// One sluice configuration to start.
+struct SluiceRun<'a> {
+    backend: &'a str,
+    /// Its Redis key prefix (and run directory's name).
+    prefix: &'a str,
+    /// The route's `limits:` lines.
+    limits: &'a str,
+    binary: &'a Path,
+}
+
+impl SluiceRun<'_> {
+    /// One worker thread, as nginx has one worker; no access log (nginx's is
+    /// off too); a Redis failure denies, so it cannot pass for speed.
+    fn start(&self, dir: &Path, redis: &RedisServer, upstream_port: u16) -> Sluice {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let run_dir = dir.join(self.prefix.trim_end_matches(':'));
+        std::fs::create_dir_all(&run_dir).expect("mkdir");
+        let config = format!(
+            "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: 1\n  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
+             limiter:\n  backend: {backend}\n  redis: {{ url: \"{url}\", timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
+             upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
+             routes:\n  - name: bench\n    upstream: api\n{limits}",
+            pid = run_dir.join("pid").display(),
+            sock = run_dir.join("sock").display(),
+            url = redis.url(),
+            backend = self.backend,
+            prefix = self.prefix,
+            limits = self.limits,
+        );
+        Sluice::start_binary(self.binary, &config, addr, admin, &[("RUST_LOG", "warn")])
+    }
+}
+
+/// Starts nginx (master + one worker); returns it, its address and the
+/// worker's pid.
+pub fn start_nginx(
+    dir: &Path,
+    lua: bool,
+    upstream_port: u16,
+    redis_port: u16,
+    sha: &str,
+) -> (Daemon, SocketAddr, u32) {
+    let name = if lua { "nginx-lua" } else { "nginx" };
+    let prefix = dir.join(name);
+    std::fs::create_dir_all(prefix.join("logs")).expect("mkdir");
+    let port = free_port();
+    let lua_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus");
+    let (modules, http, access) = if lua {
+        (
+            format!(
+                "load_module {NGINX_MODULES}/ndk_http_module.so;\nload_module {NGINX_MODULES}/ngx_http_lua_module.so;\n"
+            ),
+            format!(
+                "lua_package_path \"{}/?.lua;;\";\n  init_by_lua_block {{\n    redis_limit = require \"redis_limit\"\n    redis_limit.configure {{ port = {redis_port}, sha = \"{sha}\", prefix = \"nginx:\", limit = \"{LIMIT}\", window_us = \"{WINDOW_US}\", timeout_ms = 50 }}\n  }}\n",
+                lua_dir.display()
+            ),
+            "access_by_lua_block { redis_limit.check() }".to_string(),
+        )
+    } else {
+        (
+            String::new(),
+            // The same 1,000 a minute, as nginx expresses it: a leaky bucket
+            // that lets a burst of 1,000 through at once.
+            "limit_req_zone $http_x_key zone=per_key:64m rate=1000r/m;\n  limit_req_status 429;\n"
+                .to_string(),
+            "limit_req zone=per_key burst=1000 nodelay;".to_string(),
+        )
+    };
+    let config = format!(
+        "{modules}worker_processes 1;\ndaemon off;\npid {pid};\nerror_log {log} warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  {http}\n  upstream api {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}\n\
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      {access}\n      proxy_pass http://api;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n",
+        pid = prefix.join("nginx.pid").display(),
+        log = prefix.join("logs/error.log").display(),
+    );
+    let conf_path = prefix.join("nginx.conf");
+    std::fs::write(&conf_path, config).expect("write nginx.conf");
+    let daemon = Daemon::spawn(
+        name,
+        Command::new("nginx")
+            .arg("-p")
+            .arg(&prefix)
+            .arg("-c")
+            .arg(&conf_path),
+        dir,
+    );
+    wait_for_port(port);
+    let master = daemon.child.id();
+    let mut worker = None;
+    wait_until(Duration::from_secs(10), "the nginx worker", || {
+        worker = children_of(master).first().copied();
+        worker.is_some()
+    });
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    (daemon, addr, worker.unwrap_or(master))
+}
+
+// --------------------------------------------------------------- the rounds

@@ -1,0 +1,75 @@
+//! One closed-loop load run: wrk (one thread, a separate process) against
+//! one case, with what the case, Redis and the upstream spent meanwhile.
+
+use crate::cases::{Bench, Case};
+use crate::process::{clock_ticks_per_second, cpu_ticks, redis_script_calls};
+use crate::upstream;
+use std::path::Path;
+use std::process::Command;
+
+/// One wrk run's figures.
+#[derive(Clone, Copy, Default)]
+pub struct Sample {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub admitted: f64,
+    pub redis_calls_per_request: f64,
+    pub server_cpu_us: f64,
+    pub redis_cpu_us: f64,
+    pub errors: u64,
+}
+
+pub fn wrk(
+    bench: &Bench,
+    case: &Case,
+    scenario: &str,
+    script: &Path,
+    seconds: u64,
+    connections: usize,
+) -> Sample {
+    let hits_before = upstream::hits(bench.upstream_addr);
+    let calls_before = redis_script_calls(&bench.redis);
+    let cpu_before = cpu_ticks(case.pid);
+    let redis_cpu_before = cpu_ticks(bench.redis.pid());
+    let output = Command::new("wrk")
+        .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
+        .arg("-s")
+        .arg(script)
+        .arg(format!("http://{}/bench", case.addr))
+        .args(["--", scenario])
+        .output()
+        .expect("run wrk");
+    let cpu = cpu_ticks(case.pid) - cpu_before;
+    let redis_cpu = cpu_ticks(bench.redis.pid()) - redis_cpu_before;
+    let calls = redis_script_calls(&bench.redis) - calls_before;
+    let hits = upstream::hits(bench.upstream_addr) - hits_before;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| {
+            panic!(
+                "wrk printed no result: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let field = |name: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let requests = field("requests").max(1.0);
+    let tick_us = 1e6 / clock_ticks_per_second();
+    Sample {
+        rps: requests / (field("duration_us") / 1e6),
+        p50_ms: field("p50_us") / 1e3,
+        p99_ms: field("p99_us") / 1e3,
+        admitted: hits as f64 / requests,
+        redis_calls_per_request: calls as f64 / requests,
+        server_cpu_us: cpu as f64 * tick_us / requests,
+        redis_cpu_us: redis_cpu as f64 * tick_us / requests,
+        errors: field("socket_errors") as u64,
+    }
+}

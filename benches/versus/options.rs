@@ -1,0 +1,47 @@
+//! Command-line options (after `cargo bench --bench versus --`).
+
+use crate::cases::SCENARIOS;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// The side-by-side load benchmark; see benches/versus/main.rs.
+#[derive(Parser, Debug)]
+#[command(name = "versus")]
+pub struct Options {
+    /// Interleaved rounds of every case.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Seconds each case runs per round.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Keep-alive connections of the load client.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Scenarios to run, comma-separated (all by default).
+    #[arg(long, value_delimiter = ',', default_values_t = SCENARIOS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
+    pub scenarios: Vec<String>,
+    /// Where the tables are written.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results.md"))]
+    pub out: PathBuf,
+    /// Also replace the tables in docs/benchmarks.md (between its markers).
+    #[arg(long)]
+    pub update_readme: bool,
+    /// An earlier sluice binary to run side by side with this build (no
+    /// limit and sliding_log), for a before/after table in the same run.
+    #[arg(long, value_name = "BINARY")]
+    pub before: Option<PathBuf>,
+    /// Serve as the benchmark's upstream on ADDR (the run starts this binary
+    /// again in this mode).
+    #[arg(long, value_name = "ADDR", hide = true)]
+    pub upstream: Option<String>,
+    /// Passed by `cargo bench`.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl Options {
+    /// The document `--update-readme` rewrites.
+    pub fn benchmark_document() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md")
+    }
+}

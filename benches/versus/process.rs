@@ -1,0 +1,125 @@
+//! The processes of a run: daemons stopped on drop, ports waited for, and
+//! what `/proc` and Redis say a process or a server has spent.
+
+use crate::common::{wait_until, RedisServer};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process stopped with SIGTERM (then SIGKILL) when dropped.
+pub struct Daemon {
+    pub child: Child,
+}
+
+impl Daemon {
+    pub fn spawn(name: &str, command: &mut Command, dir: &Path) -> Self {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Self { child }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_for_port(port: u16) {
+    wait_until(Duration::from_secs(30), &format!("port {port}"), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
+/// Processes whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command's closing parenthesis: state, ppid, …
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            children.push(child);
+        }
+    }
+    children
+}
+
+/// User + system CPU time of `pid` (all its threads), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat: 12 and 13 after the ')'.
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    field(11).unwrap_or(0) + field(12).unwrap_or(0)
+}
+
+pub fn clock_ticks_per_second() -> f64 {
+    command_line("getconf", &["CLK_TCK"])
+        .parse()
+        .unwrap_or(100.0)
+}
+
+/// `EVALSHA` + `EVAL` calls Redis has served so far.
+pub fn redis_script_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.connection())
+        .unwrap_or_default();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split([':', ',', '='])
+                .skip_while(|p| *p != "calls")
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+pub fn command_line(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| {
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&text).trim().to_string()
+        })
+        .unwrap_or_default()
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+// ------------------------------------------------------------ the upstream

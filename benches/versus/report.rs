@@ -1,0 +1,301 @@
+//! The report: medians and ranges over the rounds, the tables, the targets,
+//! and the benchmark document's section between its markers.
+
+use crate::cases::*;
+use crate::load::Sample;
+use crate::options::Options;
+use crate::paced::Paced;
+use crate::process::{command_line, cpu_model};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One figure's median and range over the rounds.
+pub fn median<T>(samples: &[T], figure: impl Fn(&T) -> f64) -> f64 {
+    let mut values: Vec<f64> = samples.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+pub fn range<T>(samples: &[T], figure: impl Fn(&T) -> f64) -> (f64, f64) {
+    samples
+        .iter()
+        .map(figure)
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
+}
+
+pub fn report(
+    options: &Options,
+    bench: &Bench,
+    samples: &HashMap<(&str, &str), Vec<Sample>>,
+    rate: f64,
+    paced: &HashMap<&str, Vec<Paced>>,
+) -> String {
+    let mut out = header(options);
+    for scenario in SCENARIOS {
+        throughput_table(&mut out, bench, samples, scenario);
+    }
+    if options.before.is_some() {
+        before_and_after(&mut out, samples);
+    }
+    latency_table(&mut out, bench, rate, paced);
+    out.push_str(&targets(samples, paced));
+    out
+}
+
+/// The command, the machine and the versions, and how to read the tables.
+fn header(options: &Options) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "`cargo bench --bench versus -- --rounds {} --seconds {} --connections {}` on {}: {} ({} cores), {}; {}, {}, wrk 4 (one thread).\n",
+        options.rounds,
+        options.seconds,
+        options.connections,
+        command_line("date", &["-u", "+%Y-%m-%d"]),
+        cpu_model(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        command_line("uname", &["-sr"]),
+        command_line("nginx", &["-v"]).replace("nginx version: ", ""),
+        command_line("redis-server", &["--version"])
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let _ = writeln!(
+        out,
+        "Every server has one worker (thread or process); wrk, the upstream and Redis share the same cores. \
+         Medians of {} interleaved rounds, min–max in brackets. Admitted: the share of requests the upstream saw \
+         (requests still in flight when wrk stops can put it a little over 100 %). \
+         CPU: the serving process's and Redis's CPU time per request.\n",
+        options.rounds
+    );
+    out
+}
+
+/// One scenario's closed-loop figures, every case.
+fn throughput_table(
+    out: &mut String,
+    bench: &Bench,
+    samples: &HashMap<(&str, &str), Vec<Sample>>,
+    scenario: &str,
+) {
+    let Some(reference) = samples.get(&(scenario, NGINX_LIMIT_REQ)) else {
+        return;
+    };
+    let reference = median(reference, |x| x.rps);
+    let _ = writeln!(out, "{}\n", scenario_title(scenario));
+    let _ = writeln!(
+        out,
+        "| case | req/s | vs nginx limit_req | p50 ms | p99 ms | admitted | Redis calls/req | CPU µs/req (server + Redis) | errors |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    for case in &bench.cases {
+        let Some(s) = samples.get(&(scenario, case.name)) else {
+            continue;
+        };
+        let (lo, hi) = range(s, |x| x.rps);
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} ({:.0}–{:.0}) | {:.2}× | {:.2} | {:.2} | {:.1} % | {} | {:.1} + {:.1} | {} |",
+            case.name,
+            median(s, |x| x.rps),
+            lo,
+            hi,
+            median(s, |x| x.rps) / reference,
+            median(s, |x| x.p50_ms),
+            median(s, |x| x.p99_ms),
+            median(s, |x| x.admitted) * 100.0,
+            if case.redis {
+                format!("{:.4}", median(s, |x| x.redis_calls_per_request))
+            } else {
+                "—".into()
+            },
+            median(s, |x| x.server_cpu_us),
+            median(s, |x| x.redis_cpu_us),
+            s.iter().map(|x| x.errors).sum::<u64>(),
+        );
+    }
+    out.push('\n');
+}
+
+/// The earlier build against this one, measured in the same rounds: the
+/// ratio of medians, and each side's spread (min–max over the rounds) so
+/// that a difference can be told from noise.
+fn before_and_after(out: &mut String, samples: &HashMap<(&str, &str), Vec<Sample>>) {
+    let _ = writeln!(
+        out,
+        "**Before and after** (the `--before` build and this one, interleaved in the same rounds)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| scenario, case | before req/s (min–max) | after req/s (min–max) | after / before | CPU µs/req before → after |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let pairs = [
+        ("allowed", BEFORE_NOLIMIT, SLUICE_NOLIMIT),
+        ("allowed", BEFORE_LOG, SLUICE_LOG),
+        ("flood", BEFORE_LOG, SLUICE_LOG),
+        ("mix", BEFORE_LOG, SLUICE_LOG),
+    ];
+    for (scenario, before, after) in pairs {
+        let (Some(b), Some(a)) = (
+            samples.get(&(scenario, before)),
+            samples.get(&(scenario, after)),
+        ) else {
+            continue;
+        };
+        let (b_lo, b_hi) = range(b, |x| x.rps);
+        let (a_lo, a_hi) = range(a, |x| x.rps);
+        let _ = writeln!(
+            out,
+            "| {scenario}, {after} | {:.0} ({b_lo:.0}–{b_hi:.0}) | {:.0} ({a_lo:.0}–{a_hi:.0}) | {:.3}× | {:.1} → {:.1} |",
+            median(b, |x| x.rps),
+            median(a, |x| x.rps),
+            median(a, |x| x.rps) / median(b, |x| x.rps),
+            median(b, |x| x.server_cpu_us),
+            median(a, |x| x.server_cpu_us),
+        );
+    }
+    out.push('\n');
+}
+
+/// The open-loop figures at one rate below saturation.
+fn latency_table(out: &mut String, bench: &Bench, rate: f64, paced: &HashMap<&str, Vec<Paced>>) {
+    let _ = writeln!(
+        out,
+        "**Latency below saturation**: every case driven at {rate:.0} req/s (half the peak of sluice + Redis sliding_log), allowed traffic, open loop (a late response delays the next send, and that delay counts). \
+         The upstream alone, driven the same way, shows this machine's own latency noise.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| case | sent req/s | p50 ms | p99 ms | p99 over sluice, no limit |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let base_p99 = paced
+        .get(SLUICE_NOLIMIT)
+        .map_or(0.0, |p| median(p, |x| x.p99_ms));
+    for case in bench.paced_cases() {
+        let Some(p) = paced.get(case.name) else {
+            continue;
+        };
+        let p99 = median(p, |x| x.p99_ms);
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.2} | {:.2} | {:+.2} ms |",
+            case.name,
+            median(p, |x| x.achieved),
+            median(p, |x| x.p50_ms),
+            p99,
+            p99 - base_p99
+        );
+    }
+    out.push('\n');
+}
+
+fn scenario_title(scenario: &str) -> &'static str {
+    match scenario {
+        "allowed" => "**Allowed traffic** (100,000 keys at random; nothing is denied)",
+        "flood" => "**Flood on one key** (all but 1,000 a minute denied)",
+        _ => "**Mix** (90 % allowed over 100,000 keys, 10 % on one flooded key)",
+    }
+}
+
+/// The issue's targets, each with its measured figure.
+fn targets(
+    samples: &HashMap<(&str, &str), Vec<Sample>>,
+    paced: &HashMap<&str, Vec<Paced>>,
+) -> String {
+    let rps = |scenario: &str, case: &str| {
+        samples
+            .get(&(scenario, case))
+            .map_or(0.0, |s| median(s, |x| x.rps))
+    };
+    let p99 = |case: &str| paced.get(case).map_or(0.0, |p| median(p, |x| x.p99_ms));
+    let flood_calls = samples
+        .get(&("flood", SLUICE_LOG))
+        .map_or(f64::NAN, |s| median(s, |x| x.redis_calls_per_request));
+    let mut rows = vec![
+        (
+            "sluice + Redis sliding_log ≥ 1.0× nginx limit_req (allowed)".to_string(),
+            rps("allowed", SLUICE_LOG) / rps("allowed", NGINX_LIMIT_REQ),
+            1.0,
+            true,
+        ),
+        (
+            "sluice + Redis sliding_log ≥ 2× nginx + Lua + Redis (allowed)".to_string(),
+            rps("allowed", SLUICE_LOG) / rps("allowed", NGINX_LUA),
+            2.0,
+            true,
+        ),
+        (
+            "sluice + Redis ≥ 0.90× sluice without limits (allowed)".to_string(),
+            rps("allowed", SLUICE_LOG) / rps("allowed", SLUICE_NOLIMIT),
+            0.90,
+            true,
+        ),
+        (
+            "flood: ≤ 0.01 Redis calls per request".to_string(),
+            flood_calls,
+            0.01,
+            false,
+        ),
+        (
+            "flood: ≥ 2× the allowed-traffic req/s".to_string(),
+            rps("flood", SLUICE_LOG) / rps("allowed", SLUICE_LOG),
+            2.0,
+            true,
+        ),
+    ];
+    for case in [SLUICE_LOG, SLUICE_WINDOW, SLUICE_LOCAL] {
+        rows.push((
+            format!("p99 at half load: {case} adds ≤ 0.5 ms over no limit (ms added)"),
+            p99(case) - p99(SLUICE_NOLIMIT),
+            0.5,
+            false,
+        ));
+    }
+    let mut out = String::from("| target | measured | met |\n|---|---|---|\n");
+    for (what, value, bound, at_least) in rows {
+        let met = if at_least {
+            value >= bound
+        } else {
+            value <= bound
+        };
+        let _ = writeln!(
+            out,
+            "| {what} | {value:.3} | {} |",
+            if met { "yes" } else { "**no**" }
+        );
+    }
+    out
+}
+
+/// Replaces the text between the benchmark document's markers with `report`.
+pub fn embed(readme: &Path, report: &str) {
+    const BEGIN: &str = "<!-- versus:begin -->";
+    const END: &str = "<!-- versus:end -->";
+    let Ok(text) = std::fs::read_to_string(readme) else {
+        return;
+    };
+    match (text.find(BEGIN), text.find(END)) {
+        (Some(b), Some(e)) if b < e => {
+            let updated = format!("{}{BEGIN}\n{report}{}", &text[..b], &text[e..]);
+            std::fs::write(readme, updated).expect("update the benchmark document");
+            eprintln!("{} updated", readme.display());
+        }
+        _ => eprintln!(
+            "{} has no {BEGIN} … {END} block; not updated",
+            readme.display()
+        ),
+    }
+}

@@ -1,0 +1,63 @@
+//! The shared upstream: Pingora answering `200 ok` on one thread, counting
+//! what it serves (`GET /__hits` answers the count, and is not counted).
+
+use crate::common;
+use async_trait::async_trait;
+use http::Response;
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::Server;
+use pingora::services::listening::Service;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct Ok200 {
+    hits: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl ServeHttp for Ok200 {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let body = if session.req_header().uri.path() == "/__hits" {
+            self.hits.load(Ordering::Relaxed).to_string().into_bytes()
+        } else {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            b"ok".to_vec()
+        };
+        let length = body.len();
+        let mut response = Response::new(body);
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, length.into());
+        response
+    }
+}
+
+pub fn run(addr: &str) -> ! {
+    let conf = ServerConf {
+        threads: 1,
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(Opt::default(), conf);
+    server.bootstrap();
+    let mut service = Service::new(
+        "bench upstream".into(),
+        Ok200 {
+            hits: Arc::new(AtomicU64::new(0)),
+        },
+    );
+    service.add_tcp(addr);
+    server.add_service(service);
+    server.run_forever()
+}
+
+/// Requests served so far (other than `/__hits`).
+pub fn hits(addr: SocketAddr) -> u64 {
+    common::get(addr, "/__hits", &[])
+        .body
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
