@@ -4,7 +4,7 @@
 use crate::access_log::AccessLogLine;
 use crate::config::RouteAction;
 use crate::limiter::Decision;
-use crate::policy::{HeldLeases, Verdict};
+use crate::policy::{HeldLeases, LimitReport, Routed, Verdict};
 use crate::request::request_path;
 use crate::state::{CompiledRoute, GatewayState};
 use pingora::http::RequestHeader;
@@ -54,6 +54,21 @@ impl RequestCtx {
             upstream_target: None,
             upstream_host: None,
         }
+    }
+
+    /// Takes in where the request goes and what to send upstream.
+    pub fn routed(&mut self, routed: Routed) {
+        self.route = Some(routed.route);
+        self.path = routed.rewritten_path;
+        self.upstream_target = routed.upstream_target;
+        self.upstream_host = routed.upstream_host;
+    }
+
+    /// Takes in what the limits said, for the headers and the access log.
+    pub fn judged(&mut self, report: LimitReport) {
+        self.rate = report.rate;
+        self.verdict = report.verdict;
+        self.client = report.client;
     }
 
     /// The matched route, if any.

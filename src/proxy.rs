@@ -105,27 +105,21 @@ impl ProxyHttp for Gateway {
             Ok(routed) => routed,
             Err(rejection) => {
                 if rejection == Rejection::BadRequest {
-                    let raw = String::from_utf8_lossy(session.req_header().raw_path());
-                    ctx.path = Some(raw.into_owned());
+                    ctx.path =
+                        Some(String::from_utf8_lossy(session.req_header().raw_path()).into());
                 }
                 return respond(session, rejection.reply()).await;
             }
         };
-        ctx.route = Some(routed.route);
-        ctx.path = routed.rewritten_path;
-        ctx.upstream_target = routed.upstream_target;
-        ctx.upstream_host = routed.upstream_host;
         let route = &state.compiled[routed.route];
-
+        ctx.routed(routed);
         let view = RequestView {
             head: session.req_header(),
             peer: peer_ip(session),
             path: ctx.path(session.req_header()),
         };
         let judgement = policy::judge(&state, route, &view).await;
-        ctx.rate = judgement.report.rate;
-        ctx.verdict = judgement.report.verdict;
-        ctx.client = judgement.report.client;
+        ctx.judged(judgement.report);
         match judgement.step {
             Step::Reject(rejection) => respond(session, rejection.reply()).await,
             Step::Proceed(leases) => {

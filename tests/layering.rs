@@ -34,14 +34,14 @@ fn offending(files: &[PathBuf], forbidden: &[&str]) -> Vec<String> {
         let text = std::fs::read_to_string(file).expect("read source");
         for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or_default();
-            for name in forbidden {
-                let named = code.match_indices(name).any(|(at, _)| {
+            let named = |name: &&str| {
+                code.match_indices(*name).any(|(at, _)| {
                     // A whole path segment: not part of a longer identifier.
                     !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-                });
-                if named {
-                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
-                }
+                })
+            };
+            if forbidden.iter().any(named) {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
             }
         }
     }

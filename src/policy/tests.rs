@@ -29,6 +29,14 @@ fn head(path: &str, headers: &[(&str, &str)]) -> RequestHeader {
     req
 }
 
+/// A state with the in-process limiter and one route `r` over everything,
+/// with `limit` (one flow-mapping line) as its only limit, after `extra`.
+fn one_limit(extra: &str, limit: &str) -> (GatewayState, Metrics) {
+    state(&format!(
+        "{extra}limiter: {{ backend: local }}\nroutes:\n  - name: r\n    match: {{ path_prefix: / }}\n    upstream: api\n    limits:\n      - {limit}\n"
+    ))
+}
+
 const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
 
 fn judge_now<'a>(
@@ -171,17 +179,9 @@ routes:
 
 #[test]
 fn an_untrusted_identity_header_is_no_user_and_limits_fall_back_to_on_missing() {
-    let (state, _) = state(
-        r#"
-identity: { header: x-user }
-limiter: { backend: local }
-routes:
-  - name: r
-    match: { path_prefix: / }
-    upstream: api
-    limits:
-      - { name: per-user, key: [user], limit: 1, window: 1h, on_missing: skip }
-"#,
+    let (state, _) = one_limit(
+        "identity: { header: x-user }\n",
+        "{ name: per-user, key: [user], limit: 1, window: 1h, on_missing: skip }",
     );
     let route = &state.compiled[0];
     // The peer is not a trusted proxy: its x-user is not believed, the limit
@@ -226,16 +226,9 @@ routes:
 
 #[test]
 fn concurrency_leases_are_held_and_released() {
-    let (state, _) = state(
-        r#"
-limiter: { backend: local }
-routes:
-  - name: r
-    match: { path_prefix: / }
-    upstream: api
-    limits:
-      - { name: slots, key: [ip], limit: 1, algorithm: concurrency }
-"#,
+    let (state, _) = one_limit(
+        "",
+        "{ name: slots, key: [ip], limit: 1, algorithm: concurrency }",
     );
     let route = &state.compiled[0];
     let req = head("/", &[]);
