@@ -77,6 +77,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
     let server_conf = ServerConf {
         threads: config.server.threads,
+        work_stealing: config.server.work_stealing,
         grace_period_seconds: Some(config.server.grace_period.as_secs_f64().ceil() as u64),
         graceful_shutdown_timeout_seconds: Some(1),
         pid_file: config.server.pid_file.clone(),

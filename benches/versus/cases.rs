@@ -28,6 +28,12 @@ pub const SLUICE_NOLIMIT: &str = "sluice, no limit";
 pub const SLUICE_LOG: &str = "sluice + Redis, sliding_log";
 pub const SLUICE_WINDOW: &str = "sluice + Redis, sliding_window";
 pub const SLUICE_LOCAL: &str = "sluice, backend: local";
+pub const SLUICE_STEALING: &str = "sluice, no limit, work stealing";
+pub const SLUICE_NOLIMIT_2T: &str = "sluice, no limit, 2 threads";
+pub const SLUICE_LOG_2T: &str = "sluice + Redis, sliding_log, 2 threads";
+pub const BARE: &str = "bare Pingora proxy";
+pub const BARE_STEALING: &str = "bare Pingora proxy, work stealing";
+pub const BARE_2T: &str = "bare Pingora proxy, 2 threads";
 pub const BEFORE_NOLIMIT: &str = "sluice before, no limit";
 pub const BEFORE_LOG: &str = "sluice before + Redis, sliding_log";
 pub const UPSTREAM_ALONE: &str = "upstream alone (no proxy)";
@@ -41,6 +47,7 @@ pub struct Bench {
     pub upstream_case: Case,
     _sluices: Vec<Sluice>,
     _nginx: Vec<Daemon>,
+    _bare: Vec<Daemon>,
     pub cases: Vec<Case>,
     _dir: tempfile::TempDir,
 }
@@ -64,63 +71,40 @@ pub fn start_all(before: Option<&Path>) -> Bench {
 
     let mut cases = Vec::new();
     let mut sluices = Vec::new();
-    let limit = |algorithm: &str| {
-        format!(
-            "    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {LIMIT}, window: 1m, algorithm: {algorithm} }}\n"
-        )
-    };
-    let no_limit = "    limits: []\n".to_string();
-    let current = Path::new(env!("CARGO_BIN_EXE_sluice"));
-    let mut runs = vec![
-        (
-            SLUICE_NOLIMIT,
-            "redis",
-            "nolimit:",
-            no_limit.clone(),
-            current,
-        ),
-        (SLUICE_LOG, "redis", "log:", limit("sliding_log"), current),
-        (
-            SLUICE_WINDOW,
-            "redis",
-            "window:",
-            limit("sliding_window"),
-            current,
-        ),
-        (
-            SLUICE_LOCAL,
-            "local",
-            "local:",
-            limit("sliding_log"),
-            current,
-        ),
-    ];
-    if let Some(before) = before {
-        runs.push((BEFORE_NOLIMIT, "redis", "before-nolimit:", no_limit, before));
-        runs.push((
-            BEFORE_LOG,
-            "redis",
-            "before-log:",
-            limit("sliding_log"),
-            before,
-        ));
-    }
-    for (name, backend, prefix, limits, binary) in runs {
-        let run = SluiceRun {
-            backend,
-            prefix,
-            limits: &limits,
-            binary,
-        };
+    for (name, run) in sluice_runs(before) {
         let sluice = run.start(dir.path(), &redis, upstream_port);
+        let limited = run.limit.is_some();
         cases.push(Case {
             name,
             addr: sluice.addr,
             pid: sluice.pid(),
-            limits: !limits.contains("[]"),
-            redis: backend == "redis" && !limits.contains("[]"),
+            limits: limited,
+            redis: limited && run.backend == "redis",
         });
         sluices.push(sluice);
+    }
+    let mut bare = Vec::new();
+    for (name, threads, work_stealing) in [
+        (BARE, 1, false),
+        (BARE_STEALING, 1, true),
+        (BARE_2T, 2, false),
+    ] {
+        let port = free_port();
+        let args = format!("127.0.0.1:{port},127.0.0.1:{upstream_port},{threads},{work_stealing}");
+        let daemon = Daemon::spawn(
+            &format!("bare-{port}"),
+            Command::new(std::env::current_exe().expect("current exe")).args(["--bare", &args]),
+            dir.path(),
+        );
+        wait_for_port(port);
+        cases.push(Case {
+            name,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            pid: daemon.child.id(),
+            limits: false,
+            redis: false,
+        });
+        bare.push(daemon);
     }
 
     let mut nginx = Vec::new();
@@ -149,6 +133,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
         },
         _sluices: sluices,
         _nginx: nginx,
+        _bare: bare,
         cases,
         _dir: dir,
     }
@@ -157,33 +142,101 @@ pub fn start_all(before: Option<&Path>) -> Bench {
 impl Bench {
     /// The cases of the fixed-rate pass: every server, then the upstream
     /// alone (the floor: what the machine and the client add by themselves).
+    /// The runtime and scaling variants are left out: they answer a
+    /// throughput question.
     pub fn paced_cases(&self) -> impl Iterator<Item = &Case> {
+        const VARIANTS: [&str; 5] = [
+            BARE_STEALING,
+            BARE_2T,
+            SLUICE_STEALING,
+            SLUICE_NOLIMIT_2T,
+            SLUICE_LOG_2T,
+        ];
         self.cases
             .iter()
+            .filter(|c| !VARIANTS.contains(&c.name))
             .chain(std::iter::once(&self.upstream_case))
     }
 }
 
 /// One sluice configuration to start.
 struct SluiceRun<'a> {
-    backend: &'a str,
+    backend: &'static str,
     /// Its Redis key prefix (and run directory's name).
-    prefix: &'a str,
-    /// The route's `limits:` lines.
-    limits: &'a str,
+    prefix: &'static str,
+    /// The algorithm of its one limit (1,000 a minute per `X-Key`), if any.
+    limit: Option<&'static str>,
+    threads: usize,
+    work_stealing: bool,
     binary: &'a Path,
 }
 
+/// Every sluice case: the main four, the runtime and scaling variants, and
+/// the `--before` build's two.
+fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
+    let current = Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let run = |backend, prefix, limit, threads, work_stealing, binary| SluiceRun {
+        backend,
+        prefix,
+        limit,
+        threads,
+        work_stealing,
+        binary,
+    };
+    let log = Some("sliding_log");
+    let mut runs = vec![
+        (
+            SLUICE_NOLIMIT,
+            run("redis", "nolimit:", None, 1, false, current),
+        ),
+        (SLUICE_LOG, run("redis", "log:", log, 1, false, current)),
+        (
+            SLUICE_WINDOW,
+            run(
+                "redis",
+                "window:",
+                Some("sliding_window"),
+                1,
+                false,
+                current,
+            ),
+        ),
+        (SLUICE_LOCAL, run("local", "local:", log, 1, false, current)),
+        (
+            SLUICE_STEALING,
+            run("redis", "stealing:", None, 1, true, current),
+        ),
+        (
+            SLUICE_NOLIMIT_2T,
+            run("redis", "nolimit2:", None, 2, false, current),
+        ),
+        (SLUICE_LOG_2T, run("redis", "log2:", log, 2, false, current)),
+    ];
+    if let Some(before) = before {
+        runs.push((
+            BEFORE_NOLIMIT,
+            run("redis", "before-nolimit:", None, 1, true, before),
+        ));
+        runs.push((
+            BEFORE_LOG,
+            run("redis", "before-log:", log, 1, true, before),
+        ));
+    }
+    runs
+}
+
 impl SluiceRun<'_> {
-    /// One worker thread, as nginx has one worker; no access log (nginx's is
-    /// off too); a Redis failure denies, so it cannot pass for speed.
+    /// One worker thread unless said otherwise, as nginx has one worker; no
+    /// access log (nginx's is off too); a Redis failure denies, so it cannot
+    /// pass for speed. The earlier build knows no `work_stealing` key (it
+    /// always stole work), so the key is written only when it is off.
     fn start(&self, dir: &Path, redis: &RedisServer, upstream_port: u16) -> Sluice {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let run_dir = dir.join(self.prefix.trim_end_matches(':'));
         std::fs::create_dir_all(&run_dir).expect("mkdir");
         let config = format!(
-            "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: 1\n  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
+            "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: {threads}\n{stealing}  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
              limiter:\n  backend: {backend}\n  redis: {{ url: \"{url}\", timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
              routes:\n  - name: bench\n    upstream: api\n{limits}",
@@ -192,7 +245,14 @@ impl SluiceRun<'_> {
             url = redis.url(),
             backend = self.backend,
             prefix = self.prefix,
-            limits = self.limits,
+            threads = self.threads,
+            stealing = if self.work_stealing { "" } else { "  work_stealing: false\n" },
+            limits = match self.limit {
+                Some(algorithm) => format!(
+                    "    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {LIMIT}, window: 1m, algorithm: {algorithm} }}\n"
+                ),
+                None => "    limits: []\n".to_string(),
+            },
         );
         Sluice::start_binary(self.binary, &config, addr, admin, &[("RUST_LOG", "warn")])
     }

@@ -2,7 +2,7 @@
 //! one case, with what the case, Redis and the upstream spent meanwhile.
 
 use crate::cases::{Bench, Case};
-use crate::process::{clock_ticks_per_second, cpu_ticks, redis_script_calls};
+use crate::process::{clock_ticks_per_second, cpu_ticks, redis_script_calls, voluntary_switches};
 use crate::upstream;
 use std::path::Path;
 use std::process::Command;
@@ -17,7 +17,12 @@ pub struct Sample {
     pub redis_calls_per_request: f64,
     pub server_cpu_us: f64,
     pub redis_cpu_us: f64,
+    /// Voluntary context switches of the serving process, per request.
+    pub switches_per_request: f64,
+    /// Socket errors (connect, read, write, timeout).
     pub errors: u64,
+    /// Responses with a status of 400 or more.
+    pub non_2xx: u64,
 }
 
 pub fn wrk(
@@ -32,6 +37,7 @@ pub fn wrk(
     let calls_before = redis_script_calls(&bench.redis);
     let cpu_before = cpu_ticks(case.pid);
     let redis_cpu_before = cpu_ticks(bench.redis.pid());
+    let switches_before = voluntary_switches(case.pid);
     let output = Command::new("wrk")
         .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
         .arg("-s")
@@ -42,6 +48,7 @@ pub fn wrk(
         .expect("run wrk");
     let cpu = cpu_ticks(case.pid) - cpu_before;
     let redis_cpu = cpu_ticks(bench.redis.pid()) - redis_cpu_before;
+    let switches = voluntary_switches(case.pid) - switches_before;
     let calls = redis_script_calls(&bench.redis) - calls_before;
     let hits = upstream::hits(bench.upstream_addr) - hits_before;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -70,6 +77,8 @@ pub fn wrk(
         redis_calls_per_request: calls as f64 / requests,
         server_cpu_us: cpu as f64 * tick_us / requests,
         redis_cpu_us: redis_cpu as f64 * tick_us / requests,
+        switches_per_request: switches as f64 / requests,
         errors: field("socket_errors") as u64,
+        non_2xx: field("status_errors") as u64,
     }
 }

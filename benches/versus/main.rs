@@ -48,6 +48,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+mod bare;
 mod cases;
 mod load;
 mod options;
@@ -76,6 +77,15 @@ fn main() {
     let options = Options::parse();
     if let Some(addr) = &options.upstream {
         upstream::run(addr);
+    }
+    if let Some(spec) = &options.bare {
+        let parts: Vec<&str> = spec.split(',').collect();
+        let [listen, upstream, threads, stealing] = parts[..] else {
+            panic!("--bare LISTEN,UPSTREAM,THREADS,WORK_STEALING");
+        };
+        let upstream = upstream.parse().expect("--bare: upstream address");
+        let threads = threads.parse().expect("--bare: threads");
+        bare::run(listen, upstream, threads, stealing == "true");
     }
     for (tool, package) in [
         ("wrk", "wrk"),

@@ -34,6 +34,10 @@ pub struct Options {
     /// again in this mode).
     #[arg(long, value_name = "ADDR", hide = true)]
     pub upstream: Option<String>,
+    /// Serve as the bare Pingora proxy: `LISTEN,UPSTREAM,THREADS,WORK_STEALING`
+    /// (the run starts this binary again in this mode).
+    #[arg(long, value_name = "SPEC", hide = true)]
+    pub bare: Option<String>,
     /// Passed by `cargo bench`.
     #[arg(long, hide = true)]
     pub bench: bool,

@@ -81,6 +81,24 @@ pub fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// Voluntary context switches of every thread of `pid` so far: how often
+/// its threads parked (waiting for a socket, a timer or Redis).
+pub fn voluntary_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// `EVALSHA` + `EVAL` calls Redis has served so far.
 pub fn redis_script_calls(redis: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")

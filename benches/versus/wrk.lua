@@ -1,4 +1,4 @@
--- wrk script of the side-by-side benchmark (benches/versus.rs).
+-- wrk script of the side-by-side benchmark (benches/versus/).
 --   wrk ... -s wrk.lua -- <scenario>
 -- allowed: every request carries one of 100,000 keys at random (never denied)
 -- flood:   every request carries the key "flood" (all but the first `limit` denied)
@@ -24,7 +24,7 @@ end
 
 function done(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("RESULT requests=%d duration_us=%d p50_us=%d p99_us=%d socket_errors=%d\n",
+  io.write(string.format("RESULT requests=%d duration_us=%d p50_us=%d p99_us=%d socket_errors=%d status_errors=%d\n",
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    e.connect + e.read + e.write + e.timeout))
+    e.connect + e.read + e.write + e.timeout, e.status))
 end

@@ -15,6 +15,9 @@ impl Default for ServerConfig {
             listen: vec!["0.0.0.0:8080".into()],
             admin: "127.0.0.1:9091".into(),
             threads: 2,
+            // Measured with the benchmark's bare Pingora proxy and with sluice:
+            // per-thread runtimes serve more per core (docs/benchmarks.md).
+            work_stealing: false,
             grace_period: Duration::from_secs(5),
             pid_file: "/tmp/sluice.pid".into(),
             upgrade_sock: "/tmp/sluice_upgrade.sock".into(),

@@ -38,6 +38,7 @@ pub struct ServerFile {
     pub listen: Option<Vec<String>>,
     pub admin: Option<String>,
     pub threads: Option<usize>,
+    pub work_stealing: Option<bool>,
     pub grace_period: Option<String>,
     pub pid_file: Option<String>,
     pub upgrade_sock: Option<String>,

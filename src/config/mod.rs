@@ -58,6 +58,9 @@ pub struct ServerConfig {
     pub admin: String,
     /// Proxy worker threads (≥ 1).
     pub threads: usize,
+    /// Whether idle worker threads steal tasks from busy ones (one shared
+    /// work-stealing runtime) instead of each running its own.
+    pub work_stealing: bool,
     /// How long a graceful stop may drain.
     pub grace_period: Duration,
     /// Where Pingora writes its pid when run as a daemon.

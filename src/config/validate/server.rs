@@ -46,6 +46,7 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         listen,
         admin,
         threads,
+        work_stealing: s.work_stealing.unwrap_or(d.work_stealing),
         grace_period,
         pid_file,
         upgrade_sock,

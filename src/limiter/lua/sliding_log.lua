@@ -8,13 +8,21 @@
 -- than `limit` entries.
 local sliding_log = {}
 
--- Drops expired entries; returns whether `cost` more units fit, and the count.
+-- Drops expired entries; returns whether `cost` more units fit, and the
+-- state {count, oldest}. Reads the oldest entry first: when it is still in
+-- the window (the usual case) nothing can be expired, and its score is the
+-- reset that take and report need, so no second read is made.
 function sliding_log.peek(key, now, a)
-  local count = redis.call('ZCARD', key)
-  if count > 0 then
-    count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+  if oldest ~= nil and tonumber(oldest) <= now - a.window then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
+    oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
   end
-  return count + a.cost <= a.limit, count
+  if oldest == nil then
+    return a.cost <= a.limit, { count = 0 }
+  end
+  local count = redis.call('ZCARD', key)
+  return count + a.cost <= a.limit, { count = count, oldest = tonumber(oldest) }
 end
 
 local function oldest_frees(key, now, a, rank)
@@ -22,30 +30,30 @@ local function oldest_frees(key, now, a, rank)
 end
 
 -- Consumes `cost` units; returns remaining, reset.
-function sliding_log.take(key, now, a, count, member)
+function sliding_log.take(key, now, a, s, member)
   redis.call('ZADD', key, now, member)
   for j = 2, a.cost do
     redis.call('ZADD', key, now, member .. '.' .. j)
   end
   redis.call('PEXPIRE', key, math.ceil(a.window / 1000) + 1)
   local reset = a.window
-  if count > 0 then
-    reset = oldest_frees(key, now, a, 0)
+  if s.count > 0 then
+    reset = s.oldest + a.window - now
   end
-  return a.limit - count - a.cost, reset
+  return a.limit - s.count - a.cost, reset
 end
 
 -- Reports without consuming: remaining, reset, retry_after.
-function sliding_log.report(key, now, a, count)
-  if count == 0 then
+function sliding_log.report(key, now, a, s)
+  if s.count == 0 then
     return a.limit, 0, 0
   end
   local retry = 0
-  local excess = count + a.cost - a.limit
+  local excess = s.count + a.cost - a.limit
   if excess > 0 then
     retry = oldest_frees(key, now, a, excess - 1)
   end
-  return math.max(a.limit - count, 0), oldest_frees(key, now, a, 0), retry
+  return math.max(a.limit - s.count, 0), s.oldest + a.window - now, retry
 end
 
 -- Gives back the units `member` took.
