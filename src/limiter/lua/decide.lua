@@ -127,16 +127,22 @@ end
 if ARGV[1] ~= '*' then
   return decide(0, #KEYS, 0)
 end
+-- A decision's line is formatted in one call: '%d %d …' for its numbers.
+local formats = {}
+local function line_format(count)
+  local format = string.rep('%d ', count - 1) .. '%d'
+  formats[count] = format
+  return format
+end
+
 local lines = {}
 local ko, o = 0, 2
 for d = 1, tonumber(ARGV[2]) do
   local n = tonumber(ARGV[o + 1])
   local ok, reply = pcall(decide, ko, n, o + 1)
   if ok then
-    for j = 1, #reply do
-      reply[j] = string.format('%d', reply[j])
-    end
-    lines[d] = table.concat(reply, ' ')
+    local count = #reply
+    lines[d] = string.format(formats[count] or line_format(count), unpack(reply))
   else
     local message = type(reply) == 'table' and reply.err or tostring(reply)
     lines[d] = '!' .. string.gsub(message, '\n', ' ')
