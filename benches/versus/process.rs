@@ -99,14 +99,18 @@ pub fn voluntary_switches(pid: u32) -> u64 {
         .sum()
 }
 
-/// `EVALSHA` + `EVAL` calls Redis has served so far.
+/// Decide calls (`EVALSHA`, `EVAL`, `FCALL`) Redis has served so far.
 pub fn redis_script_calls(redis: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut redis.connection())
         .unwrap_or_default();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .filter_map(|l| {
             l.split([':', ',', '='])
                 .skip_while(|p| *p != "calls")

@@ -33,12 +33,13 @@ use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
-    self, decode_reply, is_concurrency_args, is_noscript, parse_batch_line, push_args, Mode,
-    CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
+    self, decode_reply, is_concurrency_args, is_noscript, parse_batch_line, push_args, CallForm,
+    Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use crate::config::RedisConfig;
 use crate::sync::Locked;
+use crate::sync::ReadWriteLocked;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
@@ -77,6 +78,10 @@ pub struct Shared {
     client: redis::Client,
     budget: Duration,
     script: redis::Script,
+    /// The decide code as a Function library, and its function's name.
+    library: (String, String),
+    /// How calls run the decide code: chosen on each connect.
+    call_form: std::sync::RwLock<CallForm>,
     connection: LazyConnection<MultiplexedConnection>,
     /// Whether the last failed connect was refused (nothing listening).
     connect_refused: AtomicBool,
@@ -129,10 +134,13 @@ impl RedisLimiter {
             .set_tcp_settings(wire::no_delay());
         let client = redis::Client::open(info)
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
+        let script = redis::Script::new(DECIDE_SCRIPT);
         Ok(Self(Arc::new(Shared {
             client,
             budget: config.timeout,
-            script: redis::Script::new(DECIDE_SCRIPT),
+            library: wire::function_library(script.get_hash()),
+            call_form: std::sync::RwLock::new(CallForm::Script(script.get_hash().to_string())),
+            script,
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
             circuit: wire::circuit_for(config.timeout),
@@ -181,8 +189,9 @@ impl RedisLimiter {
         )
         .await;
         let conn = match result {
-            Ok(Ok(conn)) => {
+            Ok(Ok(mut conn)) => {
                 log::info!("connected to Redis");
+                self.choose_call_form(&mut conn).await;
                 Some(conn)
             }
             Ok(Err(e)) => {
@@ -198,6 +207,50 @@ impl RedisLimiter {
             }
         };
         self.connection.finish(conn);
+    }
+
+    /// Loads the decide code as a Redis Function where the server has them
+    /// (Redis 7 and later) and calls it with `FCALL` from then on; otherwise
+    /// (an older server, `FUNCTION` disabled or denied by an ACL) calls go on
+    /// as `EVALSHA` of the script. Either form decides alike.
+    async fn choose_call_form(&self, conn: &mut MultiplexedConnection) {
+        let form = match self.load_function(conn).await {
+            Ok(()) => CallForm::Function(self.library.1.clone()),
+            Err(e) => {
+                log::info!(
+                    "Redis Functions not used ({e}): calling the decide script with EVALSHA"
+                );
+                CallForm::Script(self.script.get_hash().to_string())
+            }
+        };
+        *self.call_form.write_locked() = form;
+    }
+
+    /// `FUNCTION LOAD` of the library; one already loaded is as good.
+    async fn load_function(&self, conn: &mut MultiplexedConnection) -> Result<(), String> {
+        let mut command = redis::cmd("FUNCTION");
+        command.arg("LOAD").arg(self.library.0.as_str());
+        let load = command.query_async::<redis::Value>(conn);
+        match tokio::time::timeout(CONNECT_TIMEOUT, load).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if e.to_string().contains("already exists") => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
+        }
+    }
+
+    /// Loads the decide code again in the form calls use (Redis lost it).
+    async fn reload_code(&self, conn: &mut MultiplexedConnection) -> Result<(), LimiterError> {
+        let form = self.call_form.read_locked().clone();
+        match form {
+            CallForm::Function(_) => self.load_function(conn).await.map_err(LimiterError::Server),
+            CallForm::Script(_) => self
+                .script
+                .load_async(conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.classify(e)),
+        }
     }
 
     async fn evaluate(
@@ -335,10 +388,10 @@ impl RedisLimiter {
         for &i in &lost {
             retry.add_command(commands[i].clone());
         }
-        let load = tokio::time::timeout_at(deadline.into(), self.script.load_async(conn));
+        let load = tokio::time::timeout_at(deadline.into(), self.reload_code(conn));
         let reloaded = match load.await {
-            Ok(Ok(_)) => self.run(conn, &retry, deadline).await,
-            Ok(Err(e)) => Err(self.classify(e)),
+            Ok(Ok(())) => self.run(conn, &retry, deadline).await,
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         };
         match (results, reloaded) {
@@ -409,7 +462,6 @@ impl RedisLimiter {
             return;
         };
         let refund = Refund::for_verdict(self.ledger.take(&member));
-        let mut command = redis::cmd("EVALSHA");
         let mut keys = Vec::new();
         let mut limits = Vec::new();
         for (i, key) in queued.keys.iter().enumerate() {
@@ -426,10 +478,8 @@ impl RedisLimiter {
             return;
         }
         log::debug!("Redis ran a timed-out decision late: refunding ({refund:?}) for {member}");
-        command
-            .arg(self.script.get_hash())
-            .arg(keys.len())
-            .arg(&keys);
+        let mut command = self.call_form.read_locked().command(keys.len());
+        command.arg(&keys);
         command.arg(member.as_str()).arg("refund").arg(taken_us);
         for limit in limits {
             for arg in limit {
@@ -449,8 +499,7 @@ impl RedisLimiter {
     /// `EVALSHA` of the decide script in batch mode for `chunk`.
     fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
         let keys: usize = chunk.iter().map(|q| q.keys.len()).sum();
-        let mut command = redis::cmd("EVALSHA");
-        command.arg(self.script.get_hash()).arg(keys);
+        let mut command = self.call_form.read_locked().command(keys);
         for queued in chunk {
             for key in &queued.keys {
                 command.arg(key.as_str());

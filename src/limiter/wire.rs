@@ -31,7 +31,61 @@ pub const DECIDE_SCRIPT: &str = concat!(
     include_str!("lua/token_bucket.lua"),
     include_str!("lua/concurrency.lua"),
     include_str!("lua/decide.lua"),
+    "return run(KEYS, ARGV)\n",
 );
+
+/// How a Redis server runs the decide code: as a Redis Function (Redis 7:
+/// `FUNCTION LOAD` once, `FCALL` per call; kept by the server across restarts
+/// with its data, and replicated) or as a script (`EVALSHA`, any Redis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallForm {
+    /// `FCALL <function> numkeys …`.
+    Function(String),
+    /// `EVALSHA <sha1> numkeys …`.
+    Script(String),
+}
+
+impl CallForm {
+    /// A command calling the decide code with `keys` keys; arguments follow.
+    pub(super) fn command(&self, keys: usize) -> redis::Cmd {
+        let mut command = match self {
+            CallForm::Function(name) => {
+                let mut c = redis::cmd("FCALL");
+                c.arg(name.as_str());
+                c
+            }
+            CallForm::Script(sha) => {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(sha.as_str());
+                c
+            }
+        };
+        command.arg(keys);
+        command
+    }
+}
+
+/// The decide code as a Redis Function library: named after the script's
+/// SHA1, so that two versions of sluice sharing one Redis (an upgrade in
+/// progress) each call their own code. Returns the library and its function.
+pub(super) fn function_library(script_sha: &str) -> (String, String) {
+    let version = &script_sha[..script_sha.len().min(12)];
+    let function = format!("sluice_decide_{version}");
+    let body = DECIDE_SCRIPT
+        .strip_suffix("return run(KEYS, ARGV)\n")
+        .unwrap_or(DECIDE_SCRIPT);
+    let library = format!(
+        "#!lua name=sluice_{version}\n{body}\nredis.register_function('{function}', function(keys, args) return run(keys, args) end)\n"
+    );
+    (library, function)
+}
+
+/// Whether Redis lost the decide code: `NOSCRIPT` for a script, "Function
+/// not found" for a function (a restart without persistence, a flush).
+pub(super) fn lost_code(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        || error.to_string().contains("Function not found")
+}
 
 /// What a script call does.
 #[derive(Debug, Clone, Copy)]
@@ -220,9 +274,9 @@ pub(super) fn record_failure(
     }
 }
 
-/// Whether Redis lost the script (restart, `SCRIPT FLUSH`).
+/// Whether a pipeline reply says Redis lost the decide code.
 pub(super) fn is_noscript(value: &redis::RedisResult<redis::Value>) -> bool {
-    matches!(value, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+    matches!(value, Err(e) if lost_code(e))
 }
 
 /// Parses the decide script's reply `{admitted, now, (allowed, remaining,

@@ -63,7 +63,13 @@ impl RedisServer {
 
     /// Starts a server on `port` and waits until it answers PING.
     pub fn start_on(port: u16) -> Self {
+        Self::start_with_args(port, &[])
+    }
+
+    /// Like [`RedisServer::start_on`], with more `redis-server` arguments.
+    pub fn start_with_args(port: u16, extra: &[&str]) -> Self {
         let child = Command::new("redis-server")
+            .args(extra)
             .args([
                 "--port",
                 &port.to_string(),
@@ -92,6 +98,26 @@ impl RedisServer {
             },
         );
         server
+    }
+
+    /// Calls of `command` (lower case: `evalsha`, `fcall`) Redis executed
+    /// successfully so far, from `INFO commandstats`.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+            return 0;
+        };
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        field("calls") - field("failed_calls") - field("rejected_calls")
     }
 
     /// `redis://127.0.0.1:PORT/0`.

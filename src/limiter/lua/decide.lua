@@ -29,8 +29,11 @@
 -- `reset` the time until the limit frees a unit, `retry_after` the time until
 -- this limit alone would admit this request (0 if it would now).
 local algorithms = { sliding_log, sliding_window, fixed_window, token_bucket, concurrency }
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+-- Set by `run` for each call: the clock (Redis's), and the call's keys and
+-- arguments (KEYS and ARGV above). A script gets them as the globals KEYS and
+-- ARGV; a Redis Function gets them as parameters, and may not call Redis
+-- while its library loads.
+local now, call_keys, call_args
 
 -- Whether `key` holds what one of sluice's algorithms writes: a member-scored
 -- zset (sliding_log, concurrency), a number (token_bucket), or a hash of
@@ -73,24 +76,24 @@ end
 
 -- One decision over KEYS[ko + 1 .. ko + n], its arguments from ARGV[o + 1].
 local function decide(ko, n, o)
-  local member = ARGV[o + 1]
+  local member = call_args[o + 1]
   local limits = {}
   for i = 1, n do
     local b = o + 4 + 6 * (i - 1)
     limits[i] = {
-      algorithm = algorithms[tonumber(ARGV[b])],
-      limit = tonumber(ARGV[b + 1]),
-      window = tonumber(ARGV[b + 2]),
-      cost = tonumber(ARGV[b + 3]),
-      param = tonumber(ARGV[b + 4]),
-      shadow = ARGV[b + 5] == '1',
+      algorithm = algorithms[tonumber(call_args[b])],
+      limit = tonumber(call_args[b + 1]),
+      window = tonumber(call_args[b + 2]),
+      cost = tonumber(call_args[b + 3]),
+      param = tonumber(call_args[b + 4]),
+      shadow = call_args[b + 5] == '1',
     }
   end
 
-  if ARGV[o + 2] == 'refund' then
-    local taken = tonumber(ARGV[o + 3])
+  if call_args[o + 2] == 'refund' then
+    local taken = tonumber(call_args[o + 3])
     for i = 1, n do
-      limits[i].algorithm.refund(KEYS[ko + i], limits[i], member, taken)
+      limits[i].algorithm.refund(call_keys[ko + i], limits[i], member, taken)
     end
     return { 1 }
   end
@@ -99,7 +102,7 @@ local function decide(ko, n, o)
   local states = {}
   local admit = 1
   for i = 1, n do
-    fits[i], states[i] = peek(KEYS[ko + i], limits[i])
+    fits[i], states[i] = peek(call_keys[ko + i], limits[i])
     if not fits[i] and not limits[i].shadow then
       admit = 0
     end
@@ -108,7 +111,7 @@ local function decide(ko, n, o)
   local out = { admit, now }
   for i = 1, n do
     local a = limits[i]
-    local key = KEYS[ko + i]
+    local key = call_keys[ko + i]
     local remaining, reset, retry
     if admit == 1 and fits[i] then
       remaining, reset = a.algorithm.take(key, now, a, states[i], member)
@@ -124,9 +127,6 @@ local function decide(ko, n, o)
   return out
 end
 
-if ARGV[1] ~= '*' then
-  return decide(0, #KEYS, 0)
-end
 -- A decision's line is formatted in one call: '%d %d …' for its numbers.
 local formats = {}
 local function line_format(count)
@@ -135,19 +135,28 @@ local function line_format(count)
   return format
 end
 
-local lines = {}
-local ko, o = 0, 2
-for d = 1, tonumber(ARGV[2]) do
-  local n = tonumber(ARGV[o + 1])
-  local ok, reply = pcall(decide, ko, n, o + 1)
-  if ok then
-    local count = #reply
-    lines[d] = string.format(formats[count] or line_format(count), unpack(reply))
-  else
-    local message = type(reply) == 'table' and reply.err or tostring(reply)
-    lines[d] = '!' .. string.gsub(message, '\n', ' ')
+-- One call: a single decision, or a batch (ARGV[1] = '*').
+local function run(keys, argv)
+  call_keys, call_args = keys, argv
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+  if call_args[1] ~= '*' then
+    return decide(0, #call_keys, 0)
   end
-  ko = ko + n
-  o = o + 1 + 3 + 6 * n
+  local lines = {}
+  local ko, o = 0, 2
+  for d = 1, tonumber(call_args[2]) do
+    local n = tonumber(call_args[o + 1])
+    local ok, reply = pcall(decide, ko, n, o + 1)
+    if ok then
+      local count = #reply
+      lines[d] = string.format(formats[count] or line_format(count), unpack(reply))
+    else
+      local message = type(reply) == 'table' and reply.err or tostring(reply)
+      lines[d] = '!' .. string.gsub(message, '\n', ' ')
+    end
+    ko = ko + n
+    o = o + 1 + 3 + 6 * n
+  end
+  return table.concat(lines, '\n')
 end
-return table.concat(lines, '\n')
