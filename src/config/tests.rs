@@ -397,3 +397,16 @@ fn an_unresolvable_upstream_is_reported_where_it_is_written() {
         "{error}"
     );
 }
+
+#[test]
+fn the_runtime_flavour_needs_a_restart() {
+    let old = load(GOOD).expect("loads");
+    let text = GOOD.replace(
+        "  admin: \"127.0.0.1:9091\"\n",
+        "  admin: \"127.0.0.1:9091\"\n  work_stealing: true\n",
+    );
+    let new = load(&text).expect("loads");
+    assert!(!old.server.work_stealing && new.server.work_stealing);
+    let changes = diff::diff(&old, &new);
+    assert_eq!(changes.needs_restart, ["server.work_stealing"]);
+}
