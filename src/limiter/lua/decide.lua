@@ -74,20 +74,28 @@ local function peek(key, a)
   return a.algorithm.peek(key, now, a)
 end
 
+-- Tables reused from one decision to the next (decisions run one at a time
+-- and every field is written before it is read): a batch of 64 decisions
+-- would otherwise allocate a few hundred small tables for the collector.
+local limit_pool, fit_pool, state_pool = {}, {}, {}
+
 -- One decision over KEYS[ko + 1 .. ko + n], its arguments from ARGV[o + 1].
 local function decide(ko, n, o)
   local member = call_args[o + 1]
-  local limits = {}
+  local limits = limit_pool
   for i = 1, n do
     local b = o + 4 + 6 * (i - 1)
-    limits[i] = {
-      algorithm = algorithms[tonumber(call_args[b])],
-      limit = tonumber(call_args[b + 1]),
-      window = tonumber(call_args[b + 2]),
-      cost = tonumber(call_args[b + 3]),
-      param = tonumber(call_args[b + 4]),
-      shadow = call_args[b + 5] == '1',
-    }
+    local a = limits[i]
+    if a == nil then
+      a = {}
+      limits[i] = a
+    end
+    a.algorithm = algorithms[tonumber(call_args[b])]
+    a.limit = tonumber(call_args[b + 1])
+    a.window = tonumber(call_args[b + 2])
+    a.cost = tonumber(call_args[b + 3])
+    a.param = tonumber(call_args[b + 4])
+    a.shadow = call_args[b + 5] == '1'
   end
 
   if call_args[o + 2] == 'refund' then
@@ -98,8 +106,8 @@ local function decide(ko, n, o)
     return { 1 }
   end
 
-  local fits = {}
-  local states = {}
+  local fits = fit_pool
+  local states = state_pool
   local admit = 1
   for i = 1, n do
     fits[i], states[i] = peek(call_keys[ko + i], limits[i])
