@@ -101,22 +101,9 @@ pub fn voluntary_switches(pid: u32) -> u64 {
 
 /// Decide calls (`EVALSHA`, `EVAL`, `FCALL`) Redis has served so far.
 pub fn redis_script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection())
-        .unwrap_or_default();
-    info.lines()
-        .filter(|l| {
-            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
-                .iter()
-                .any(|p| l.starts_with(p))
-        })
-        .filter_map(|l| {
-            l.split([':', ',', '='])
-                .skip_while(|p| *p != "calls")
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-        })
+    ["evalsha", "eval", "fcall"]
+        .iter()
+        .map(|command| redis.command_calls(command))
         .sum()
 }
 
