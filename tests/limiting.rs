@@ -298,7 +298,7 @@ fn one_clobbered_key_in_a_batch_fails_only_its_own_decision() {
 /// Decide calls Redis executed: `FCALL` of the function, or `EVALSHA` of
 /// the script where functions are not used (the first call of a fresh server
 /// may fail for want of the code and is retried; failed calls do not count).
-fn evalsha_calls(redis: &RedisServer) -> u64 {
+fn decide_calls(redis: &RedisServer) -> u64 {
     redis.command_calls("evalsha") + redis.command_calls("fcall")
 }
 
@@ -316,7 +316,7 @@ fn deny_cache_spares_redis_during_a_flood_and_expires_on_time() {
     }
     assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
     assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 490);
-    let calls = evalsha_calls(&redis);
+    let calls = decide_calls(&redis);
     // 10 admissions, then the first denials of requests already in flight;
     // everything after that is answered in process.
     assert!(calls <= 10 + 60, "Redis saw {calls} calls for 500 requests");
@@ -327,7 +327,7 @@ fn deny_cache_spares_redis_during_a_flood_and_expires_on_time() {
     wait_until(Duration::from_secs(10), "the window to free a unit", || {
         sluice.get("/sms/x", &[("X-User", "user_1001")]).status == 200
     });
-    assert!(evalsha_calls(&redis) > calls);
+    assert!(decide_calls(&redis) > calls);
 }
 
 #[test]
@@ -342,7 +342,7 @@ fn deny_cache_can_be_switched_off() {
         .collect();
     assert_eq!(statuses, [200, 429, 429, 429]);
     assert_eq!(sluice.decisions("sms-send", "per-user", "deny", "redis"), 3);
-    assert_eq!(evalsha_calls(&redis), 4);
+    assert_eq!(decide_calls(&redis), 4);
 }
 
 #[test]
@@ -413,7 +413,7 @@ fn flood_of_twenty_thousand_requests_costs_redis_little() {
     assert_eq!(upstream.hits(), 100);
     // Each of the 100 admissions is a Redis call by necessity; after the first
     // denial the deny cache answers everything (the window outlasts the test).
-    let calls = evalsha_calls(&redis);
+    let calls = decide_calls(&redis);
     assert!(
         calls <= 100 + 60,
         "Redis saw {calls} calls for 20,000 requests"
