@@ -159,3 +159,82 @@ routes:
         send("b", &format!("10.0.1.{next_ip}")) == 200
     });
 }
+
+/// Decisions whose keys live on one primary go to that primary in shared
+/// calls of the decide function (loaded on every primary), with their keys
+/// spread over many slots, and stay exact.
+#[test]
+fn decisions_for_one_primary_share_calls_of_its_function() {
+    let cluster = RedisCluster::start(3);
+    let sluice = Sluice::start(&config(&cluster, 3, "deny"));
+    let addr = sluice.addr;
+    // 40 users, 5 requests each, 50 at a time: batches form on every node.
+    let statuses = concurrent(200, move |i| {
+        get(addr, "/login", &[("X-User", &format!("user{}", i % 40))])
+    });
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(admitted, 40 * 3, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 40 * 2);
+    for user in 0..40 {
+        assert_eq!(
+            cluster.zcard(&format!("sluice:{{login:per-user:user{user}}}")),
+            3
+        );
+    }
+    let mut calls = 0;
+    for &port in &cluster.ports {
+        assert_eq!(
+            cluster.command_calls(port, "evalsha"),
+            0,
+            "node {port}: {}",
+            sluice.log()
+        );
+        let libraries: redis::Value = cluster.query(port, redis::cmd("FUNCTION").arg("LIST"));
+        assert!(
+            format!("{libraries:?}").contains("sluice_decide_"),
+            "node {port} has no sluice function: {libraries:?}"
+        );
+        calls += cluster.command_calls(port, "fcall");
+    }
+    assert!(calls >= 3, "every node decided something");
+    assert!(
+        calls < 200,
+        "200 concurrent decisions took {calls} calls: none were shared"
+    );
+}
+
+/// A slot moved to another primary (a resharding) while sluice holds the
+/// old map: the old primary refuses the key, the decision is made where the
+/// key now lives, and the count carries on exactly.
+#[test]
+fn a_moved_slot_is_followed_and_its_count_carries_on() {
+    let cluster = RedisCluster::start(3);
+    let sluice = Sluice::start(&config(&cluster, 10, "deny"));
+    let send = || sluice.get("/login", &[("X-User", "mover")]).status;
+    let key = "sluice:{login:per-user:mover}";
+    assert_eq!((0..4).map(|_| send()).collect::<Vec<_>>(), [200; 4]);
+    let from = cluster.owner(key);
+    let to = *cluster
+        .ports
+        .iter()
+        .find(|&&p| p != from)
+        .expect("other node");
+    cluster.move_slot_of(key, to);
+    assert_eq!(cluster.zcard(key), 4, "the key moved with its entries");
+    let after: Vec<u16> = (0..8).map(|_| send()).collect();
+    assert_eq!(
+        after,
+        [200, 200, 200, 200, 200, 200, 429, 429],
+        "{}",
+        sluice.log()
+    );
+    assert_eq!(cluster.zcard(key), 10);
+    assert!(
+        cluster.command_calls(to, "evalsha") > 0,
+        "the first decision after the move was made on the routed path"
+    );
+    assert!(
+        cluster.command_calls(to, "fcall") > 0,
+        "decisions came back to the batched path on the new owner"
+    );
+}

@@ -1,20 +1,34 @@
 //! The Redis Cluster backend (`limiter.redis.cluster`).
 //!
 //! Every limit's key carries a hash tag over all of it (see `keys`), so one
-//! key lives in one slot on one primary. Scripts cannot span slots, so the
-//! limits of one request are decided one script per key, in order; if one
-//! denies, the units the earlier ones took are refunded (the script's refund
-//! mode, per algorithm). Shadow limits are asked too but never stop the
-//! request. Between the take and the refund the other limits are
-//! briefly stricter than exact, never looser. `SCRIPT LOAD` goes to every
-//! node (the redis crate routes it so), and `NOSCRIPT` is handled per call.
+//! key lives in one slot on one primary. The slot → primary map comes from
+//! `CLUSTER SLOTS`.
+//!
+//! **Per-node batches.** A request whose keys all live on one primary (every
+//! request with one limit, and most with several) is decided by that node's
+//! batching client, exactly as on a single Redis (see `redis`): concurrent
+//! decisions for the node share one call of the decide code, with the keys
+//! carried as arguments (declared keys would have to share one slot), each
+//! decision atomic and answered on its own. The code is loaded on each
+//! primary as a Redis Function where the node has them, else as a script.
+//! A key the node no longer serves (its slot moved) fails only its own
+//! decision, which is then decided on the routed path below, and the map is
+//! reloaded.
+//!
+//! **The routed path.** A request whose keys span primaries is decided one
+//! script per key, in order, through the cluster client (which follows
+//! `MOVED`/`ASK`); if one denies, the units the earlier ones took are
+//! refunded (the script's refund mode, per algorithm). Shadow limits are
+//! asked too but never stop the request. Between the take and the refund
+//! the other limits are briefly stricter than exact, never looser.
 //!
 //! Each primary has its own circuit breaker: a lost shard sends its keys to
-//! `on_error` while the other shards keep exact limiting. The slot → primary
-//! map comes from `CLUSTER SLOTS` and is refreshed whenever a node fails.
+//! `on_error` while the other shards keep exact limiting. The slot map is
+//! reloaded whenever a node fails (at most once a second).
 
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
+use super::redis::RedisLimiter;
 use super::wire::{self, parse_reply, push_args, Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use crate::sync::{Locked, ReadWriteLocked};
@@ -22,6 +36,7 @@ use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -41,13 +56,25 @@ impl std::ops::Deref for ClusterLimiter {
 /// What every clone of a [`ClusterLimiter`] shares.
 pub struct Shared {
     client: ClusterClient,
+    /// The first seed's settings (password, user), for node connections.
+    seed: redis::ConnectionInfo,
     budget: Duration,
     script: redis::Script,
     connection: LazyConnection<ClusterConnection>,
     slots: RwLock<Vec<SlotRange>>,
+    /// The batching client of each primary, by `host:port`.
+    nodes: Mutex<HashMap<String, RedisLimiter>>,
+    /// The routed path's circuit of each primary.
     circuits: Mutex<HashMap<String, Arc<CircuitBreaker>>>,
     observer: Arc<dyn RedisObserver>,
+    /// When the slot map was last reloaded after a failure (ms since
+    /// `epoch`), or [`NEVER`].
+    reloaded_ms: AtomicU64,
+    epoch: Instant,
 }
+
+/// `reloaded_ms` before the first reload.
+const NEVER: u64 = u64::MAX;
 
 #[derive(Debug, Clone)]
 struct SlotRange {
@@ -63,6 +90,13 @@ impl ClusterLimiter {
         budget: Duration,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
+        use redis::IntoConnectionInfo;
+        let seed = nodes
+            .first()
+            .ok_or_else(|| LimiterError::Server("no Redis Cluster nodes".into()))?
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster node: {e}")))?;
         let client = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(budget.max(Duration::from_millis(100)))
@@ -72,13 +106,72 @@ impl ClusterLimiter {
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster nodes: {e}")))?;
         Ok(Self(Arc::new(Shared {
             client,
+            seed,
             budget,
             script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
             slots: RwLock::new(Vec::new()),
+            nodes: Mutex::new(HashMap::new()),
             circuits: Mutex::new(HashMap::new()),
             observer,
+            reloaded_ms: AtomicU64::new(NEVER),
+            epoch: Instant::now(),
         })))
+    }
+
+    /// The primary serving every key of `checks`, if they share one and the
+    /// slot map knows it.
+    fn single_node(&self, checks: &[LimitCheck<'_>]) -> Option<String> {
+        let (first, rest) = checks.split_first()?;
+        let node = self.node_of(first.key)?;
+        rest.iter()
+            .all(|check| self.node_of(check.key).as_deref() == Some(node.as_str()))
+            .then_some(node)
+    }
+
+    /// The batching client of `node` (`host:port`), made on first use.
+    fn node_limiter(&self, node: &str) -> Option<RedisLimiter> {
+        let mut nodes = self.nodes.locked();
+        if let Some(limiter) = nodes.get(node) {
+            return Some(limiter.clone());
+        }
+        let (host, port) = node.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let redis::ConnectionAddr::Tcp(..) = self.seed.addr() else {
+            return None;
+        };
+        let info = self
+            .seed
+            .clone()
+            .set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
+        let limiter = RedisLimiter::for_cluster_node(
+            info,
+            self.budget,
+            &format!("node {node}"),
+            Arc::clone(&self.observer),
+        )
+        .ok()?;
+        nodes.insert(node.to_string(), limiter.clone());
+        Some(limiter)
+    }
+
+    /// Reloads the slot map in the background after a failure, at most
+    /// once a second (a lost node fails many requests at once).
+    fn reload_slots_soon(&self) {
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        let last = self.reloaded_ms.load(Ordering::Relaxed);
+        if (last != NEVER && now_ms.saturating_sub(last) < 1000)
+            || self
+                .reloaded_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Some(mut conn) = self.current() {
+            let this = self.clone();
+            tokio::spawn(async move { this.refresh_slots(&mut conn).await });
+        }
     }
 
     fn current(&self) -> Option<ClusterConnection> {
@@ -128,6 +221,9 @@ impl ClusterLimiter {
             Ok(Ok(value)) => {
                 let ranges = parse_cluster_slots(&value);
                 if !ranges.is_empty() {
+                    self.nodes
+                        .locked()
+                        .retain(|node, _| ranges.iter().any(|r| &r.node == node));
                     *self.slots.write_locked() = ranges;
                 }
             }
@@ -136,14 +232,14 @@ impl ClusterLimiter {
         }
     }
 
-    fn node_of(&self, key: &str) -> String {
+    /// The primary serving `key`, as the slot map last said.
+    fn node_of(&self, key: &str) -> Option<String> {
         let slot = key_slot(key.as_bytes());
         let slots = self.slots.read_locked();
         slots
             .iter()
             .find(|r| r.start <= slot && slot <= r.end)
             .map(|r| r.node.clone())
-            .unwrap_or_else(|| "unknown".into())
     }
 
     fn circuit(&self, node: &str) -> Arc<CircuitBreaker> {
@@ -161,10 +257,7 @@ impl ClusterLimiter {
         let circuit = self.circuit(node);
         let started = Instant::now();
         if wire::record_failure(&*self.observer, &circuit, error, started, node) {
-            if let Some(mut conn) = self.current() {
-                let this = self.clone();
-                tokio::spawn(async move { this.refresh_slots(&mut conn).await });
-            }
+            self.reload_slots_soon();
         }
     }
 
@@ -235,7 +328,10 @@ impl ClusterLimiter {
         deadline: Instant,
     ) -> Result<Vec<Decision>, LimiterError> {
         let conn = self.connection().await?;
-        let nodes: Vec<String> = checks.iter().map(|c| self.node_of(c.key)).collect();
+        let nodes: Vec<String> = checks
+            .iter()
+            .map(|c| self.node_of(c.key).unwrap_or_else(|| "unknown".into()))
+            .collect();
         for node in &nodes {
             if self.circuit(node).permit(Instant::now()) == Permit::Reject {
                 let error = LimiterError::CircuitOpen;
@@ -317,8 +413,30 @@ impl Limiter for ClusterLimiter {
     ) -> Result<Vec<Decision>, LimiterError> {
         let started = Instant::now();
         let deadline = started + self.budget;
+        if self.slots.read_locked().is_empty() {
+            // The map comes with the first connection: wait for it (within
+            // the budget) rather than send the first decisions one by one.
+            let _ = tokio::time::timeout_at(deadline.into(), self.connection()).await;
+        }
+        if let Some(node) = self.single_node(checks) {
+            if let Some(limiter) = self.node_limiter(&node) {
+                match limiter.check(checks, member).await {
+                    // The slot moved: decided on the routed path below.
+                    Err(e) if is_misrouted(&e) => self.reload_slots_soon(),
+                    Err(e) => {
+                        if e.circuit_failure().is_some() {
+                            self.reload_slots_soon();
+                        }
+                        return Err(e);
+                    }
+                    Ok(decisions) => return Ok(decisions),
+                }
+            }
+        }
         let result =
-            match tokio::time::timeout(self.budget, self.decide(checks, member, deadline)).await {
+            match tokio::time::timeout_at(deadline.into(), self.decide(checks, member, deadline))
+                .await
+            {
                 Ok(result) => result,
                 Err(_) => {
                     // Not attributable to one node (connecting, or the map is stale).
@@ -335,6 +453,12 @@ impl Limiter for ClusterLimiter {
     }
 
     async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        if let Some(limiter) = self.single_node(checks).and_then(|n| self.node_limiter(&n)) {
+            match limiter.release(checks, member).await {
+                Err(e) if is_misrouted(&e) => self.reload_slots_soon(),
+                other => return other,
+            }
+        }
         let conn = self.current().ok_or(LimiterError::CircuitOpen)?;
         let deadline = Instant::now() + self.budget;
         for check in checks {
@@ -346,8 +470,32 @@ impl Limiter for ClusterLimiter {
 
     /// Healthy unless every known primary's circuit is open.
     fn is_healthy(&self) -> bool {
+        let nodes = self.nodes.locked();
         let circuits = self.circuits.locked();
-        circuits.is_empty() || circuits.values().any(|c| !c.is_open())
+        (nodes.is_empty() && circuits.is_empty())
+            || nodes.values().any(|n| n.is_healthy())
+            || circuits.values().any(|c| !c.is_open())
+    }
+
+    /// Told to every primary's client: the late reply, if any, comes from
+    /// the one the decision was sent to.
+    fn note_fallback(&self, member: &str, admitted: bool) {
+        for limiter in self.nodes.locked().values() {
+            limiter.note_fallback(member, admitted);
+        }
+    }
+}
+
+/// Whether a node refused a decision because it does not serve one of its
+/// keys (the slot moved since the map was read).
+fn is_misrouted(error: &LimiterError) -> bool {
+    match error {
+        LimiterError::Server(message) | LimiterError::Unavailable(message) => {
+            message.contains("non local key")
+                || message.starts_with("MOVED")
+                || message.starts_with("ASK")
+        }
+        _ => false,
     }
 }
 

@@ -73,10 +73,23 @@ impl std::ops::Deref for RedisLimiter {
     }
 }
 
+/// How a call hands the decide code its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyPassing {
+    /// As declared keys (`numkeys` > 0): one Redis server.
+    Declared,
+    /// As arguments after `@` (`numkeys` 0): a Redis Cluster node, whose
+    /// batch spans slots that declared keys may not.
+    AsArguments,
+}
+
 /// What every clone of a [`RedisLimiter`] shares.
 pub struct Shared {
     client: redis::Client,
     budget: Duration,
+    keys: KeyPassing,
+    /// Where this Redis is, for logs: "at the configured URL" or a node.
+    place: String,
     script: redis::Script,
     /// The decide code as a Function library, and its function's name.
     library: (String, String),
@@ -130,20 +143,49 @@ impl RedisLimiter {
             .url
             .as_str()
             .into_connection_info()
-            .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?
-            .set_tcp_settings(wire::no_delay());
-        let client = redis::Client::open(info)
+            .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
+        Self::at(
+            info,
+            config.timeout,
+            KeyPassing::Declared,
+            "at the configured URL".into(),
+            observer,
+        )
+    }
+
+    /// Prepares a batching client for one Redis Cluster primary at `info`
+    /// (see `cluster`); connects nothing yet. Its batches carry their keys
+    /// as arguments; a key the node does not serve fails its own decision.
+    pub(super) fn for_cluster_node(
+        info: redis::ConnectionInfo,
+        budget: Duration,
+        node: &str,
+        observer: Arc<dyn RedisObserver>,
+    ) -> Result<Self, LimiterError> {
+        Self::at(info, budget, KeyPassing::AsArguments, node.into(), observer)
+    }
+
+    fn at(
+        info: redis::ConnectionInfo,
+        budget: Duration,
+        keys: KeyPassing,
+        place: String,
+        observer: Arc<dyn RedisObserver>,
+    ) -> Result<Self, LimiterError> {
+        let client = redis::Client::open(info.set_tcp_settings(wire::no_delay()))
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
         let script = redis::Script::new(DECIDE_SCRIPT);
         Ok(Self(Arc::new(Shared {
             client,
-            budget: config.timeout,
+            budget,
+            keys,
+            place,
             library: wire::function_library(script.get_hash()),
             call_form: std::sync::RwLock::new(CallForm::Script(script.get_hash().to_string())),
             script,
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
-            circuit: wire::circuit_for(config.timeout),
+            circuit: wire::circuit_for(budget),
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
@@ -190,7 +232,7 @@ impl RedisLimiter {
         .await;
         let conn = match result {
             Ok(Ok(mut conn)) => {
-                log::info!("connected to Redis");
+                log::info!("connected to Redis {}", self.place);
                 self.choose_call_form(&mut conn).await;
                 Some(conn)
             }
@@ -478,8 +520,7 @@ impl RedisLimiter {
             return;
         }
         log::debug!("Redis ran a timed-out decision late: refunding ({refund:?}) for {member}");
-        let mut command = self.call_form.read_locked().command(keys.len());
-        command.arg(&keys);
+        let mut command = self.call_with_keys(&keys);
         command.arg(member.as_str()).arg("refund").arg(taken_us);
         for limit in limits {
             for arg in limit {
@@ -496,15 +537,30 @@ impl RedisLimiter {
         });
     }
 
-    /// `EVALSHA` of the decide script in batch mode for `chunk`.
-    fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
-        let keys: usize = chunk.iter().map(|q| q.keys.len()).sum();
-        let mut command = self.call_form.read_locked().command(keys);
-        for queued in chunk {
-            for key in &queued.keys {
-                command.arg(key.as_str());
+    /// A call of the decide code on `keys`; its arguments follow.
+    fn call_with_keys(&self, keys: &[&str]) -> redis::Cmd {
+        let form = self.call_form.read_locked();
+        match self.keys {
+            KeyPassing::Declared => {
+                let mut command = form.command(keys.len());
+                command.arg(keys);
+                command
+            }
+            KeyPassing::AsArguments => {
+                let mut command = form.command(0);
+                command.arg("@").arg(keys.len()).arg(keys);
+                command
             }
         }
+    }
+
+    /// The decide call in batch mode for `chunk`.
+    fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
+        let keys: Vec<&str> = chunk
+            .iter()
+            .flat_map(|q| q.keys.iter().map(String::as_str))
+            .collect();
+        let mut command = self.call_with_keys(&keys);
         command.arg("*").arg(chunk.len());
         for queued in chunk {
             command.arg(queued.keys.len());
@@ -580,14 +636,9 @@ impl RedisLimiter {
     fn record(&self, result: &Result<Vec<Decision>, LimiterError>, started: Instant) {
         let (observer, circuit) = (&*self.observer, &self.circuit);
         match result {
-            Ok(_) => wire::record_success(
-                observer,
-                circuit,
-                started.elapsed(),
-                "at the configured URL",
-            ),
+            Ok(_) => wire::record_success(observer, circuit, started.elapsed(), &self.place),
             Err(e) => {
-                if wire::record_failure(observer, circuit, e, started, "at the configured URL") {
+                if wire::record_failure(observer, circuit, e, started, &self.place) {
                     self.drop_connection();
                 }
             }

@@ -67,7 +67,9 @@ impl CallForm {
 
 /// The decide code as a Redis Function library: named after the script's
 /// SHA1, so that two versions of sluice sharing one Redis (an upgrade in
-/// progress) each call their own code. Returns the library and its function.
+/// progress) each call their own code. The function may touch keys of several
+/// slots (`allow-cross-slot-keys`): a Redis Cluster node's batch carries keys
+/// of every slot that node serves. Returns the library and its function.
 pub(super) fn function_library(script_sha: &str) -> (String, String) {
     let version = &script_sha[..script_sha.len().min(12)];
     let function = format!("sluice_decide_{version}");
@@ -75,7 +77,7 @@ pub(super) fn function_library(script_sha: &str) -> (String, String) {
         .strip_suffix("return run(KEYS, ARGV)\n")
         .unwrap_or(DECIDE_SCRIPT);
     let library = format!(
-        "#!lua name=sluice_{version}\n{body}\nredis.register_function('{function}', function(keys, args) return run(keys, args) end)\n"
+        "#!lua name=sluice_{version}\n{body}\nredis.register_function{{function_name = '{function}', callback = function(keys, args) return run(keys, args) end, flags = {{ 'allow-cross-slot-keys' }}}}\n"
     );
     (library, function)
 }

@@ -103,21 +103,7 @@ impl RedisServer {
     /// Calls of `command` (lower case: `evalsha`, `fcall`) Redis executed
     /// successfully so far, from `INFO commandstats`.
     pub fn command_calls(&self, command: &str) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut self.connection())
-            .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{command}:");
-        let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
-            return 0;
-        };
-        let field = |name: &str| -> u64 {
-            line.split(',')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        field("calls") - field("failed_calls") - field("rejected_calls")
+        command_calls(&mut self.connection(), command)
     }
 
     /// `redis://127.0.0.1:PORT/0`.
@@ -696,6 +682,26 @@ where
         .collect()
 }
 
+/// Calls of `command` (lower case) the Redis behind `conn` executed
+/// successfully so far, from `INFO commandstats`.
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls") - field("failed_calls") - field("rejected_calls")
+}
+
 // -------------------------------------------------------------- redis cluster
 
 /// A Redis Cluster of `redis-server` children (primaries only) on loopback.
@@ -857,6 +863,75 @@ impl RedisCluster {
             .arg(key)
             .query(&mut conn)
             .expect("ZCARD")
+    }
+
+    /// Calls of `command` (lower case) the node at `port` executed.
+    pub fn command_calls(&self, port: u16, command: &str) -> u64 {
+        command_calls(&mut self.node(port).expect("node"), command)
+    }
+
+    /// A command's reply from the node at `port`.
+    pub fn query<T: redis::FromRedisValue>(&self, port: u16, command: &redis::Cmd) -> T {
+        command
+            .query(&mut self.node(port).expect("node"))
+            .expect("cluster node command")
+    }
+
+    /// Moves `key`'s slot, with its keys, to the primary at `to`, the way
+    /// a resharding does (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE).
+    pub fn move_slot_of(&self, key: &str, to: u16) {
+        let from = self.owner(key);
+        assert_ne!(from, to, "{key} is already on {to}");
+        let id = |port: u16| -> String { self.query(port, redis::cmd("CLUSTER").arg("MYID")) };
+        let slot: u16 = self.query(from, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
+        let (from_id, to_id) = (id(from), id(to));
+        let _: () = self.query(
+            to,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("IMPORTING")
+                .arg(&from_id),
+        );
+        let _: () = self.query(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("MIGRATING")
+                .arg(&to_id),
+        );
+        let keys: Vec<String> = self.query(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1000),
+        );
+        if !keys.is_empty() {
+            let _: redis::Value = self.query(
+                from,
+                redis::cmd("MIGRATE")
+                    .arg("127.0.0.1")
+                    .arg(to)
+                    .arg("")
+                    .arg(0)
+                    .arg(5000)
+                    .arg("KEYS")
+                    .arg(&keys),
+            );
+        }
+        for &port in &self.ports {
+            let _: () = self.query(
+                port,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+            );
+        }
+        assert_eq!(self.owner(key), to, "the slot of {key} did not move");
     }
 
     /// Number of keys on the node at `port`.

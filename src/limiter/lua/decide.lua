@@ -143,17 +143,31 @@ local function line_format(count)
   return format
 end
 
--- One call: a single decision, or a batch (ARGV[1] = '*').
+-- One call: a single decision, or a batch (ARGV[1] = '*'). Either may come
+-- with its keys as arguments instead of KEYS: ARGV[1] = '@', ARGV[2] = the
+-- key count k, ARGV[3 .. k + 2] the keys, then the call's arguments as above.
+-- A Redis Cluster node's batch does so: its keys lie in many slots of that
+-- node, and declared keys must share one slot.
 local function run(keys, argv)
   call_keys, call_args = keys, argv
+  local first = 1
+  if argv[1] == '@' then
+    local k = tonumber(argv[2])
+    local carried = {}
+    for i = 1, k do
+      carried[i] = argv[2 + i]
+    end
+    call_keys = carried
+    first = 3 + k
+  end
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
-  if call_args[1] ~= '*' then
-    return decide(0, #call_keys, 0)
+  if call_args[first] ~= '*' then
+    return decide(0, #call_keys, first - 1)
   end
   local lines = {}
-  local ko, o = 0, 2
-  for d = 1, tonumber(call_args[2]) do
+  local ko, o = 0, first + 1
+  for d = 1, tonumber(call_args[first + 1]) do
     local n = tonumber(call_args[o + 1])
     local ok, reply = pcall(decide, ko, n, o + 1)
     if ok then
