@@ -2,8 +2,8 @@
 //! `--before`, an earlier build of it), nginx `limit_req`, nginx + Lua +
 //! Redis, and the upstream alone; all started for a run and stopped after.
 
-use crate::common::{free_port, wait_until, RedisServer, Sluice};
-use crate::process::{children_of, wait_for_port, Daemon};
+use crate::common::{free_port, wait_until, RedisCluster, RedisServer, Sluice};
+use crate::process::{children_of, redis_script_calls, wait_for_port, Daemon};
 use crate::{LIMIT, NGINX_MODULES, WINDOW_US};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,6 +20,8 @@ pub struct Case {
     pub limits: bool,
     /// Whether it calls Redis per request.
     pub redis: bool,
+    /// Whether its Redis is the cluster (else the single server).
+    pub cluster: bool,
 }
 
 pub const NGINX_LIMIT_REQ: &str = "nginx limit_req";
@@ -31,6 +33,7 @@ pub const SLUICE_LOCAL: &str = "sluice, backend: local";
 pub const SLUICE_STEALING: &str = "sluice, no limit, work stealing";
 pub const SLUICE_NOLIMIT_2T: &str = "sluice, no limit, 2 threads";
 pub const SLUICE_LOG_2T: &str = "sluice + Redis, sliding_log, 2 threads";
+pub const SLUICE_CLUSTER: &str = "sluice + Redis Cluster (3 primaries), sliding_log";
 pub const BARE: &str = "bare Pingora proxy";
 pub const BARE_STEALING: &str = "bare Pingora proxy, work stealing";
 pub const BARE_2T: &str = "bare Pingora proxy, 2 threads";
@@ -42,6 +45,7 @@ pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
 /// Everything started for the run; dropped (killed) at the end.
 pub struct Bench {
     pub redis: RedisServer,
+    pub cluster: RedisCluster,
     _upstream: Daemon,
     pub upstream_addr: SocketAddr,
     pub upstream_case: Case,
@@ -55,6 +59,7 @@ pub struct Bench {
 pub fn start_all(before: Option<&Path>) -> Bench {
     let dir = tempfile::tempdir().expect("tempdir");
     let redis = RedisServer::start();
+    let cluster = RedisCluster::start(3);
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(sluice::limiter::wire::DECIDE_SCRIPT)
@@ -72,7 +77,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
     let mut cases = Vec::new();
     let mut sluices = Vec::new();
     for (name, run) in sluice_runs(before) {
-        let sluice = run.start(dir.path(), &redis, upstream_port);
+        let sluice = run.start(dir.path(), &redis, &cluster, upstream_port);
         let limited = run.limit.is_some();
         cases.push(Case {
             name,
@@ -80,6 +85,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
             pid: sluice.pid(),
             limits: limited,
             redis: limited && run.backend == "redis",
+            cluster: run.cluster,
         });
         sluices.push(sluice);
     }
@@ -103,6 +109,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
             pid: daemon.child.id(),
             limits: false,
             redis: false,
+            cluster: false,
         });
         bare.push(daemon);
     }
@@ -116,12 +123,14 @@ pub fn start_all(before: Option<&Path>) -> Bench {
             pid: worker,
             limits: true,
             redis: lua,
+            cluster: false,
         });
         nginx.push(daemon);
     }
     let upstream_pid = upstream.child.id();
     Bench {
         redis,
+        cluster,
         _upstream: upstream,
         upstream_addr: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
         upstream_case: Case {
@@ -130,6 +139,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
             pid: upstream_pid,
             limits: false,
             redis: false,
+            cluster: false,
         },
         _sluices: sluices,
         _nginx: nginx,
@@ -140,6 +150,39 @@ pub fn start_all(before: Option<&Path>) -> Bench {
 }
 
 impl Bench {
+    /// The Redis processes `case` calls (the single server for a case that
+    /// calls none: its figure is then Redis idling).
+    pub fn redis_pids(&self, case: &Case) -> Vec<u32> {
+        if case.cluster {
+            self.cluster.pids()
+        } else {
+            vec![self.redis.pid()]
+        }
+    }
+
+    /// Decide calls served so far by the Redis `case` calls.
+    pub fn redis_calls(&self, case: &Case) -> u64 {
+        if case.cluster {
+            self.cluster
+                .ports
+                .iter()
+                .flat_map(|&port| {
+                    ["evalsha", "eval", "fcall"].map(|c| self.cluster.command_calls(port, c))
+                })
+                .sum()
+        } else {
+            redis_script_calls(&self.redis)
+        }
+    }
+
+    /// Empties every Redis.
+    pub fn flush_redis(&self) {
+        let _: () = redis::cmd("FLUSHALL")
+            .query(&mut self.redis.connection())
+            .expect("FLUSHALL");
+        self.cluster.flush_all();
+    }
+
     /// The cases of the fixed-rate pass: every server, then the upstream
     /// alone (the floor: what the machine and the client add by themselves).
     /// The runtime and scaling variants are left out: they answer a
@@ -168,6 +211,8 @@ struct SluiceRun<'a> {
     limit: Option<&'static str>,
     threads: usize,
     work_stealing: bool,
+    /// Whether it uses the Redis Cluster instead of the single server.
+    cluster: bool,
     binary: &'a Path,
 }
 
@@ -181,6 +226,7 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
         limit,
         threads,
         work_stealing,
+        cluster: false,
         binary,
     };
     let log = Some("sliding_log");
@@ -211,6 +257,13 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
             run("redis", "nolimit2:", None, 2, false, current),
         ),
         (SLUICE_LOG_2T, run("redis", "log2:", log, 2, false, current)),
+        (
+            SLUICE_CLUSTER,
+            SluiceRun {
+                cluster: true,
+                ..run("redis", "cluster:", log, 1, false, current)
+            },
+        ),
     ];
     if let Some(before) = before {
         runs.push((
@@ -230,19 +283,29 @@ impl SluiceRun<'_> {
     /// access log (nginx's is off too); a Redis failure denies, so it cannot
     /// pass for speed. The earlier build knows no `work_stealing` key (it
     /// always stole work), so the key is written only when it is off.
-    fn start(&self, dir: &Path, redis: &RedisServer, upstream_port: u16) -> Sluice {
+    fn start(
+        &self,
+        dir: &Path,
+        redis: &RedisServer,
+        cluster: &RedisCluster,
+        upstream_port: u16,
+    ) -> Sluice {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let run_dir = dir.join(self.prefix.trim_end_matches(':'));
         std::fs::create_dir_all(&run_dir).expect("mkdir");
         let config = format!(
             "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: {threads}\n{stealing}  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
-             limiter:\n  backend: {backend}\n  redis: {{ url: \"{url}\", timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
+             limiter:\n  backend: {backend}\n  redis: {{ {server}, timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
              routes:\n  - name: bench\n    upstream: api\n{limits}",
             pid = run_dir.join("pid").display(),
             sock = run_dir.join("sock").display(),
-            url = redis.url(),
+            server = if self.cluster {
+                format!("cluster: {}", cluster.urls_yaml())
+            } else {
+                format!("url: \"{}\"", redis.url())
+            },
             backend = self.backend,
             prefix = self.prefix,
             threads = self.threads,

@@ -2,7 +2,7 @@
 //! one case, with what the case, Redis and the upstream spent meanwhile.
 
 use crate::cases::{Bench, Case};
-use crate::process::{clock_ticks_per_second, cpu_ticks, redis_script_calls, voluntary_switches};
+use crate::process::{clock_ticks_per_second, cpu_ticks, voluntary_switches};
 use crate::upstream;
 use std::path::Path;
 use std::process::Command;
@@ -34,9 +34,11 @@ pub fn wrk(
     connections: usize,
 ) -> Sample {
     let hits_before = upstream::hits(bench.upstream_addr);
-    let calls_before = redis_script_calls(&bench.redis);
+    let calls_before = bench.redis_calls(case);
+    let redis_pids = bench.redis_pids(case);
+    let redis_ticks = || redis_pids.iter().map(|&pid| cpu_ticks(pid)).sum::<u64>();
     let cpu_before = cpu_ticks(case.pid);
-    let redis_cpu_before = cpu_ticks(bench.redis.pid());
+    let redis_cpu_before = redis_ticks();
     let switches_before = voluntary_switches(case.pid);
     let output = Command::new("wrk")
         .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
@@ -47,9 +49,9 @@ pub fn wrk(
         .output()
         .expect("run wrk");
     let cpu = cpu_ticks(case.pid) - cpu_before;
-    let redis_cpu = cpu_ticks(bench.redis.pid()) - redis_cpu_before;
+    let redis_cpu = redis_ticks() - redis_cpu_before;
     let switches = voluntary_switches(case.pid) - switches_before;
-    let calls = redis_script_calls(&bench.redis) - calls_before;
+    let calls = bench.redis_calls(case) - calls_before;
     let hits = upstream::hits(bench.upstream_addr) - hits_before;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout

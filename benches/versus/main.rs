@@ -203,9 +203,7 @@ fn paced_rounds(
     // their last request; Redis's expiry cycle would then stall the Redis
     // cases' tails (up to 25 ms per cycle) for reasons of this benchmark's
     // own history, not of the case measured. Start from an empty Redis.
-    let _: () = redis::cmd("FLUSHALL")
-        .query(&mut bench.redis.connection())
-        .expect("FLUSHALL");
+    bench.flush_redis();
     let mut paced_results: HashMap<&str, Vec<Paced>> = HashMap::new();
     for round in 1..=options.rounds {
         for case in bench.paced_cases() {

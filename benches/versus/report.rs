@@ -44,6 +44,7 @@ pub fn report(
         throughput_table(&mut out, bench, samples, scenario);
     }
     variants_table(&mut out, samples);
+    cluster_table(&mut out, samples);
     if options.before.is_some() {
         before_and_after(&mut out, samples);
     }
@@ -174,6 +175,40 @@ fn variants_table(out: &mut String, samples: &HashMap<(&str, &str), Vec<Sample>>
             rps(variant),
             rps(variant) / rps(base),
             cpu(variant),
+        );
+    }
+    out.push('\n');
+}
+
+/// A 3-primary Redis Cluster against one Redis, same limit, same rounds:
+/// throughput, decide calls per request (per-node batches) and Redis CPU
+/// (all three nodes') per request.
+fn cluster_table(out: &mut String, samples: &HashMap<(&str, &str), Vec<Sample>>) {
+    let _ = writeln!(
+        out,
+        "**Redis Cluster** (3 primaries on this machine, against one Redis; Redis CPU is the three nodes' together)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | cluster req/s | ratio to one Redis | calls/req cluster · one Redis | Redis CPU µs/req cluster · one Redis |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for scenario in SCENARIOS {
+        let (Some(c), Some(one)) = (
+            samples.get(&(scenario, SLUICE_CLUSTER)),
+            samples.get(&(scenario, SLUICE_LOG)),
+        ) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {scenario} | {:.0} | {:.3}× | {:.4} · {:.4} | {:.1} · {:.1} |",
+            median(c, |x| x.rps),
+            median(c, |x| x.rps) / median(one, |x| x.rps),
+            median(c, |x| x.redis_calls_per_request),
+            median(one, |x| x.redis_calls_per_request),
+            median(c, |x| x.redis_cpu_us),
+            median(one, |x| x.redis_cpu_us),
         );
     }
     out.push('\n');

@@ -941,6 +941,18 @@ impl RedisCluster {
             .expect("DBSIZE")
     }
 
+    /// The nodes' process ids (of those still running).
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().flatten().map(Child::id).collect()
+    }
+
+    /// Empties every node (FLUSHALL).
+    pub fn flush_all(&self) {
+        for &port in &self.ports {
+            let _: () = self.query(port, &redis::cmd("FLUSHALL"));
+        }
+    }
+
     /// SIGKILLs the node at `port`.
     pub fn kill(&mut self, port: u16) {
         let i = self
