@@ -6,7 +6,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use sluice::config::{Algorithm, KeyPart, PathMatch, RouteAction, RouteConfig};
-use sluice::keys::{build_key, RequestParts};
+use sluice::keys::{build_key, PartValue, RequestParts};
 use sluice::limiter::local::LocalLimiter;
 use sluice::limiter::LimitCheck;
 use sluice::route::RouteTable;
@@ -70,6 +70,9 @@ fn key_building(c: &mut Criterion) {
         method: "POST",
         path: b"/sms/send",
         header: &header,
+        query: b"page=2&api_key=key_0123456789abcdef",
+        cookie: &|_| PartValue::Missing,
+        param: &|_| None,
     };
     let ip = [KeyPart::Ip];
     let user_and_header = [KeyPart::User, KeyPart::Header("x-api-key".into())];

@@ -6,6 +6,7 @@
 
 use crate::config::{ClientIpConfig, IpNet, KeyPart};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// A key-part value longer than this is replaced by its hash.
@@ -134,6 +135,109 @@ pub fn push_part(out: &mut String, value: &[u8]) {
     }
 }
 
+/// A key part's value in one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartValue<'a> {
+    /// The request does not carry it (or carries it empty).
+    Missing,
+    /// Its one value.
+    One(Cow<'a, [u8]>),
+    /// Carried twice with different values (`?k=a&k=b`, two cookies of one
+    /// name): which one the upstream reads is not known, so no key is made
+    /// from either — a client could otherwise be counted under a value of
+    /// its choosing while the upstream acts on another.
+    Ambiguous,
+}
+
+impl<'a> PartValue<'a> {
+    /// Adds `value`, found once more, to what was found so far.
+    fn and(self, value: Cow<'a, [u8]>) -> Self {
+        match self {
+            PartValue::Missing => PartValue::One(value),
+            PartValue::One(first) if first == value => PartValue::One(first),
+            _ => PartValue::Ambiguous,
+        }
+    }
+}
+
+/// The value of query parameter `name` in the raw query string `query`
+/// (without `?`). Names and values are percent-decoded and `+` is a space,
+/// as HTML forms and most frameworks read them, so `%61` and `a` are one
+/// key; a value that is not valid percent-encoding is taken as it is.
+pub fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
+    let mut found = PartValue::Missing;
+    for pair in query.split(|&b| b == b'&') {
+        let (raw_name, raw_value) = match pair.iter().position(|&b| b == b'=') {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &pair[pair.len()..]),
+        };
+        if form_decode(raw_name).as_ref() != name.as_bytes() {
+            continue;
+        }
+        let value = form_decode(raw_value);
+        if value.is_empty() {
+            continue;
+        }
+        found = found.and(value);
+    }
+    found
+}
+
+/// Percent-decodes `raw`, with `+` as a space; invalid escapes stay as they are.
+fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(raw);
+    }
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            b'+' => out.push(b' '),
+            b'%' => match (
+                raw.get(i + 1).and_then(|&b| hex(b)),
+                raw.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                (Some(high), Some(low)) => {
+                    out.push(high << 4 | low);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// The value of cookie `name` in the `Cookie` header values `headers` (a
+/// client may split its cookies over several). Pairs are `;`-separated,
+/// names compared exactly, values trimmed and unquoted (`"a"` and `a` are
+/// one key).
+pub fn cookie_value<'a>(headers: impl Iterator<Item = &'a [u8]>, name: &str) -> PartValue<'a> {
+    let mut found = PartValue::Missing;
+    for header in headers {
+        for pair in header.split(|&b| b == b';') {
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            if pair[..eq].trim_ascii() != name.as_bytes() {
+                continue;
+            }
+            let mut value = pair[eq + 1..].trim_ascii();
+            if value.len() >= 2 && value.starts_with(b"\"") && value.ends_with(b"\"") {
+                value = &value[1..value.len() - 1];
+            }
+            if value.is_empty() {
+                continue;
+            }
+            found = found.and(Cow::Borrowed(value));
+        }
+    }
+    found
+}
+
 /// The values a request offers for key parts, borrowed from the request.
 #[derive(Clone, Copy)]
 pub struct RequestParts<'a> {
@@ -147,13 +251,25 @@ pub struct RequestParts<'a> {
     pub path: &'a [u8],
     /// Header lookup by lower-case name (first value).
     pub header: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+    /// The raw query string, without `?` (empty when there is none).
+    pub query: &'a [u8],
+    /// Cookie lookup by name (see [`cookie_value`]).
+    pub cookie: &'a dyn Fn(&str) -> PartValue<'a>,
+    /// Path parameter lookup by name (the route's template).
+    pub param: &'a dyn Fn(&str) -> Option<&'a str>,
 }
+
+/// A key part the request carries twice with different values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the request carries `{0}` twice with different values")]
+pub struct AmbiguousPart(pub String);
 
 /// The counter key of one limit for one request:
 /// `prefix + "{" + route + ":" + limit + ":" + parts + "}"`.
 ///
-/// Returns `None` when a part is missing and `substitute_ip` is false (the limit
-/// is skipped). A missing part with `substitute_ip` becomes `ip=<client ip>`,
+/// Returns `Ok(None)` when a part is missing and `substitute_ip` is false (the
+/// limit is skipped), and an error when a part is ambiguous (see
+/// [`PartValue::Ambiguous`]). A missing part with `substitute_ip` becomes `ip=<client ip>`,
 /// which no present value can equal (`=` is never kept raw). The hash tag puts
 /// all of one key in one Redis Cluster slot and keeps client bytes from
 /// choosing the slot (`{` and `}` are never kept raw). Length is bounded by
@@ -165,7 +281,7 @@ pub fn build_key(
     parts: &[KeyPart],
     request: &RequestParts<'_>,
     substitute_ip: bool,
-) -> Option<String> {
+) -> Result<Option<String>, AmbiguousPart> {
     let mut key =
         String::with_capacity(prefix.len() + route.len() + limit.len() + 4 + parts.len() * 24);
     key.push_str(prefix);
@@ -178,24 +294,33 @@ pub fn build_key(
         if i > 0 {
             key.push('|');
         }
-        let value: Option<&[u8]> = match part {
-            KeyPart::Ip => Some(request.ip.as_bytes()),
-            KeyPart::User => request.user,
-            KeyPart::Method => Some(request.method.as_bytes()),
-            KeyPart::Path => Some(request.path),
-            KeyPart::Header(name) => (request.header)(name),
+        let value: PartValue<'_> = match part {
+            KeyPart::Ip => PartValue::One(Cow::Borrowed(request.ip.as_bytes())),
+            KeyPart::User => request
+                .user
+                .map_or(PartValue::Missing, |u| PartValue::One(Cow::Borrowed(u))),
+            KeyPart::Method => PartValue::One(Cow::Borrowed(request.method.as_bytes())),
+            KeyPart::Path => PartValue::One(Cow::Borrowed(request.path)),
+            KeyPart::Header(name) => (request.header)(name)
+                .map_or(PartValue::Missing, |v| PartValue::One(Cow::Borrowed(v))),
+            KeyPart::Query(name) => query_value(request.query, name),
+            KeyPart::Cookie(name) => (request.cookie)(name),
+            KeyPart::Param(name) => (request.param)(name).map_or(PartValue::Missing, |v| {
+                PartValue::One(Cow::Borrowed(v.as_bytes()))
+            }),
         };
-        match value.filter(|v| !v.is_empty()) {
-            Some(value) => push_part(&mut key, value),
-            None if substitute_ip => {
+        match value {
+            PartValue::One(value) if !value.is_empty() => push_part(&mut key, &value),
+            PartValue::Ambiguous => return Err(AmbiguousPart(part.label())),
+            _ if substitute_ip => {
                 key.push_str("ip=");
                 key.push_str(request.ip);
             }
-            None => return None,
+            _ => return Ok(None),
         }
     }
     key.push('}');
-    Some(key)
+    Ok(Some(key))
 }
 
 #[cfg(test)]
@@ -257,6 +382,9 @@ mod tests {
             method: "GET",
             path: b"/x",
             header: &header,
+            query: b"",
+            cookie: &|_| PartValue::Missing,
+            param: &|_| None,
         };
         build_key(
             "sluice:",
@@ -266,6 +394,74 @@ mod tests {
             &parts,
             substitute,
         )
+        .unwrap()
+    }
+
+    fn one(value: &[u8]) -> PartValue<'_> {
+        PartValue::One(Cow::Borrowed(value))
+    }
+
+    #[test]
+    fn query_parameters_are_decoded_and_must_be_unambiguous() {
+        let q = b"a=1&key=abc&b=&flag&sp=x+y%20z";
+        assert_eq!(query_value(q, "key"), one(b"abc"));
+        assert_eq!(query_value(q, "sp"), one(b"x y z"));
+        assert_eq!(query_value(q, "b"), PartValue::Missing);
+        assert_eq!(query_value(q, "flag"), PartValue::Missing);
+        assert_eq!(query_value(q, "nope"), PartValue::Missing);
+        // Encoded spellings of one value are one value, and one name.
+        assert_eq!(query_value(b"%6Bey=%61bc", "key"), one(b"abc"));
+        assert_eq!(query_value(b"key=a&key=%61", "key"), one(b"a"));
+        // Two different values: neither is trusted.
+        assert_eq!(query_value(b"key=a&key=b", "key"), PartValue::Ambiguous);
+        // Bad escapes are kept literally.
+        assert_eq!(query_value(b"key=%zz%4", "key"), one(b"%zz%4"));
+        assert_eq!(query_value(b"key=%00%ff", "key"), one(b"\x00\xff"));
+    }
+
+    #[test]
+    fn cookies_are_trimmed_unquoted_and_must_be_unambiguous() {
+        let headers: [&[u8]; 2] = [b"a=1; session=s1 ;x=\"q\"", b"b=2"];
+        assert_eq!(cookie_value(headers.into_iter(), "session"), one(b"s1"));
+        assert_eq!(cookie_value(headers.into_iter(), "x"), one(b"q"));
+        assert_eq!(cookie_value(headers.into_iter(), "b"), one(b"2"));
+        assert_eq!(
+            cookie_value(headers.into_iter(), "Session"),
+            PartValue::Missing
+        );
+        let twice: [&[u8]; 2] = [b"s=1", b"s=\"1\"; s=2"];
+        assert_eq!(cookie_value(twice.into_iter(), "s"), PartValue::Ambiguous);
+        let same: [&[u8]; 2] = [b"s=1", b"s=\"1\""];
+        assert_eq!(cookie_value(same.into_iter(), "s"), one(b"1"));
+        let empty: [&[u8]; 1] = [b"s=; t"];
+        assert_eq!(cookie_value(empty.into_iter(), "s"), PartValue::Missing);
+    }
+
+    #[test]
+    fn an_ambiguous_part_makes_no_key() {
+        let parts = RequestParts {
+            ip: "1.2.3.4",
+            user: None,
+            method: "GET",
+            path: b"/x",
+            header: &|_| None,
+            query: b"k=a&k=b",
+            cookie: &|_| PartValue::Missing,
+            param: &|_| Some("42"),
+        };
+        let key = |part: KeyPart| build_key("s:", "r", "l", &[part], &parts, true);
+        assert_eq!(
+            key(KeyPart::Query("k".into())),
+            Err(AmbiguousPart("query.k".into()))
+        );
+        assert_eq!(
+            key(KeyPart::Param("id".into())),
+            Ok(Some("s:{r:l:42}".into()))
+        );
+        assert_eq!(
+            key(KeyPart::Cookie("c".into())),
+            Ok(Some("s:{r:l:ip=1.2.3.4}".into()))
+        );
     }
 
     #[test]

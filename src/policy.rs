@@ -19,7 +19,7 @@
 use crate::config::{Algorithm, EscapedSlashes, OnMissing};
 use crate::headers::{self, ceil_secs};
 use crate::identity::User;
-use crate::keys::{build_key, RequestParts};
+use crate::keys::{build_key, cookie_value, AmbiguousPart, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
@@ -293,7 +293,16 @@ pub async fn judge<'a>(
     }
     let client = client_ip(state, view.head, view.peer);
     report.client = Some(client);
-    let keys = limit_keys(state, route, view, client, user.as_deref());
+    let keys = match limit_keys(state, route, view, client, user.as_deref()) {
+        Ok(keys) => keys,
+        Err(e) => {
+            log::debug!("bad request on route {}: {e}", route.name);
+            return Judgement {
+                report,
+                step: Step::Reject(Rejection::BadRequest),
+            };
+        }
+    };
     if keys.is_empty() {
         return Judgement {
             report,
@@ -369,22 +378,32 @@ fn request_user<'v>(
 
 /// The counter keys of the route's limits for this request, as (limit
 /// index, key). Limits whose key part is missing with `on_missing: skip`
-/// are left out.
+/// are left out. A key part the request carries twice with different values
+/// fails the request (a 400): counting it under either value could let the
+/// client choose its counter.
 fn limit_keys(
     state: &GatewayState,
     route: &CompiledRoute,
     view: &RequestView<'_>,
     client: IpAddr,
     user: Option<&[u8]>,
-) -> Vec<(usize, String)> {
+) -> Result<Vec<(usize, String)>, AmbiguousPart> {
     let ip_text = state.client_ip.key_text(client);
     let header = |name: &str| view.head.headers.get(name).map(|v| v.as_bytes());
+    let cookie = |name: &str| {
+        let headers = view.head.headers.get_all(http::header::COOKIE).iter();
+        cookie_value(headers.map(|v| v.as_bytes()), name)
+    };
+    let param = |name: &str| route.template.as_ref()?.param(view.path, name);
     let parts = RequestParts {
         ip: &ip_text,
         user,
         method: view.head.method.as_str(),
         path: view.path.as_bytes(),
         header: &header,
+        query: view.head.uri.query().unwrap_or("").as_bytes(),
+        cookie: &cookie,
+        param: &param,
     };
     let prefix = &state.config.limiter.redis.key_prefix;
     let key_of = |(i, limit): (usize, &crate::state::CompiledLimit)| {
@@ -396,7 +415,9 @@ fn limit_keys(
             None => (route.name.as_str(), c.name.as_str()),
         };
         let on_missing_ip = c.on_missing == OnMissing::Ip;
-        build_key(prefix, scope, name, &c.key, &parts, on_missing_ip).map(|key| (i, key))
+        build_key(prefix, scope, name, &c.key, &parts, on_missing_ip)
+            .map(|key| key.map(|key| (i, key)))
+            .transpose()
     };
     route.limits.iter().enumerate().filter_map(key_of).collect()
 }

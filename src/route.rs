@@ -62,6 +62,8 @@ impl RouteTable {
                     pieces.pop();
                     pieces
                 }),
+                // The literal segments before the first parameter.
+                PathMatch::Template(t) => Some(t.fixed_segments().collect()),
                 PathMatch::Any => None,
             };
             match fixed {
@@ -121,6 +123,7 @@ impl Matcher {
             PathMatch::Any => true,
             PathMatch::Exact(p) => path == p,
             PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+            PathMatch::Template(t) => t.matches(path),
         };
         path_ok
             && (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
@@ -186,6 +189,10 @@ mod tests {
         assert_eq!(strict.find("GET", Some("[::1]"), "/sms"), None);
     }
 
+    fn template(path: &str) -> PathMatch {
+        PathMatch::Template(crate::config::template::PathTemplate::parse(path).unwrap())
+    }
+
     /// The first matching route in file order, the plain way.
     fn linear(
         routes: &[RouteConfig],
@@ -216,6 +223,9 @@ mod tests {
             PathMatch::Prefix("/static/".into()),
             PathMatch::Exact("/api/v1/users".into()),
             PathMatch::Prefix("".into()),
+            template("/api/{version}/users"),
+            template("/api/v1/users/{id}"),
+            template("/{anything}"),
         ];
         let paths = [
             "/",
@@ -234,6 +244,8 @@ mod tests {
             "/static/a.css",
             "//",
             "/api/v2/users",
+            "/api//users",
+            "/api/v1/users/7/",
             "*",
         ];
         let methods = [&["GET"][..], &[], &["POST"]];

@@ -46,6 +46,8 @@ pub struct CompiledRoute {
     pub action: RouteAction,
     /// Its limits, in file order.
     pub limits: Vec<CompiledLimit>,
+    /// Its path template, whose parameters key parts may name.
+    pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
     pub duration: Histogram,
 }
@@ -125,6 +127,10 @@ impl GatewayState {
                         counters: metrics.limit_counters(&route.name, &limit.name, limit.shadow),
                     })
                     .collect(),
+                template: match &route.path {
+                    crate::config::PathMatch::Template(t) => Some(t.clone()),
+                    _ => None,
+                },
                 duration: metrics
                     .request_duration
                     .with_label_values(&[route.name.as_str()]),

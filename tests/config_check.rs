@@ -53,7 +53,10 @@ fn bad_configs_name_file_line_column_and_reason() {
         ),
         ("server:\n  tls:\n    cert: /x.pem\n", 2, "TLS listeners (`server.tls`) is not supported yet"),
         ("limiter:\n  on_error: maybe\n", 2, "unknown variant `maybe`"),
-        ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "unknown key part `cookie`"),
+        ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookies], limit: 1, window: 1s}\n", 5, "unknown key part `cookies`"),
+        ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "write a cookie key part as {cookie: NAME}"),
+        ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [{param: id}], limit: 1, window: 1s}\n", 5, "`{param: id}` needs a templated route path"),
+        ("routes:\n  - name: x\n    match: {path: \"/u/{id}\"}\n    respond: {}\n    limits:\n      - {name: l, key: [{param: user}], limit: 1, window: 1s}\n", 6, "the route's path `/u/{id}` defines no parameter `user`"),
         ("routes: [\n", 2, ""),
     ];
     for (text, line, needle) in cases {

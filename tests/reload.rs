@@ -108,7 +108,7 @@ fn limits_change_under_load_without_a_failed_request() {
     assert_eq!(sluice.reloads("success"), 2);
     let log = sluice.log();
     assert!(
-        log.contains("limit `api/per-client` modified: 100 per 1m (sliding_log, key header x-client) → 10 per 1m (sliding_log, key header x-client)"),
+        log.contains("limit `api/per-client` modified: 100 per 1m (sliding_log, key header.x-client) → 10 per 1m (sliding_log, key header.x-client)"),
         "{log}"
     );
 }

@@ -222,7 +222,8 @@ pub struct LimitFile {
     pub share: Option<String>,
 }
 
-/// One key part: `ip`, `user`, `method`, `path` or `{header: NAME}`.
+/// One key part: `ip`, `user`, `method`, `path`, or a map of one entry:
+/// `{header: NAME}`, `{query: NAME}`, `{cookie: NAME}`, `{param: NAME}`.
 #[derive(Debug, Clone)]
 pub enum KeyPartFile {
     Ip,
@@ -230,9 +231,13 @@ pub enum KeyPartFile {
     Method,
     Path,
     Header(String),
+    Query(String),
+    Cookie(String),
+    Param(String),
 }
 
-const KEY_PART_EXPECTED: &str = "ip, user, method, path or {header: NAME}";
+const KEY_PART_EXPECTED: &str =
+    "ip, user, method, path, {header: NAME}, {query: NAME}, {cookie: NAME} or {param: NAME}";
 
 impl<'de> Deserialize<'de> for KeyPartFile {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -250,7 +255,9 @@ impl<'de> Deserialize<'de> for KeyPartFile {
                     "user" => Ok(KeyPartFile::User),
                     "method" => Ok(KeyPartFile::Method),
                     "path" => Ok(KeyPartFile::Path),
-                    "header" => Err(E::custom("write a header key part as {header: NAME}")),
+                    "header" | "query" | "cookie" | "param" => {
+                        Err(E::custom(format!("write a {v} key part as {{{v}: NAME}}")))
+                    }
                     other => Err(E::custom(format!(
                         "unknown key part `{other}` (expected {KEY_PART_EXPECTED})"
                     ))),
@@ -267,18 +274,24 @@ impl<'de> Deserialize<'de> for KeyPartFile {
                         "empty key part (expected {KEY_PART_EXPECTED})"
                     )));
                 };
-                if kind != "header" {
-                    return Err(A::Error::custom(format!(
-                        "unknown key part `{kind}` (expected {KEY_PART_EXPECTED})"
-                    )));
-                }
+                let make = match kind.as_str() {
+                    "header" => KeyPartFile::Header,
+                    "query" => KeyPartFile::Query,
+                    "cookie" => KeyPartFile::Cookie,
+                    "param" => KeyPartFile::Param,
+                    _ => {
+                        return Err(A::Error::custom(format!(
+                            "unknown key part `{kind}` (expected {KEY_PART_EXPECTED})"
+                        )))
+                    }
+                };
                 let name: String = map.next_value()?;
                 if map.next_key::<String>()?.is_some() {
-                    return Err(A::Error::custom(
-                        "a key part map has exactly one entry: {header: NAME}",
-                    ));
+                    return Err(A::Error::custom(format!(
+                        "a key part map has exactly one entry: {{{kind}: NAME}}"
+                    )));
                 }
-                Ok(KeyPartFile::Header(name))
+                Ok(make(name))
             }
         }
         deserializer.deserialize_any(PartVisitor)

@@ -16,6 +16,7 @@ mod jwt;
 pub mod position;
 pub mod problem;
 mod resolve;
+pub mod template;
 mod validate;
 
 pub use crate::target::EscapedSlashes;
@@ -260,6 +261,8 @@ pub enum PathMatch {
     Exact(String),
     /// Paths starting with this prefix.
     Prefix(String),
+    /// Paths of this template's shape (`/users/{id}/orders`).
+    Template(template::PathTemplate),
 }
 
 /// What a matched route does with an admitted request.
@@ -306,6 +309,29 @@ pub enum KeyPart {
     Path,
     /// A request header, by lower-case name.
     Header(String),
+    /// A query parameter, by name (percent-decoded before comparing).
+    Query(String),
+    /// A cookie, by name.
+    Cookie(String),
+    /// A parameter of the route's path template.
+    Param(String),
+}
+
+impl KeyPart {
+    /// The part as `describe` and the usage API name it: `ip`, `user`,
+    /// `header.NAME`, `query.NAME`, `cookie.NAME`, `param.NAME`.
+    pub fn label(&self) -> String {
+        match self {
+            KeyPart::Ip => "ip".into(),
+            KeyPart::User => "user".into(),
+            KeyPart::Method => "method".into(),
+            KeyPart::Path => "path".into(),
+            KeyPart::Header(name) => format!("header.{name}"),
+            KeyPart::Query(name) => format!("query.{name}"),
+            KeyPart::Cookie(name) => format!("cookie.{name}"),
+            KeyPart::Param(name) => format!("param.{name}"),
+        }
+    }
 }
 
 /// Limiting algorithm, with its own parameters (docs/algorithms.md).
@@ -436,17 +462,7 @@ impl LimitConfig {
             ),
             _ => format!("{} per {}", self.limit, format_duration(self.window)),
         };
-        let key: Vec<String> = self
-            .key
-            .iter()
-            .map(|part| match part {
-                KeyPart::Ip => "ip".to_string(),
-                KeyPart::User => "user".to_string(),
-                KeyPart::Method => "method".to_string(),
-                KeyPart::Path => "path".to_string(),
-                KeyPart::Header(name) => format!("header {name}"),
-            })
-            .collect();
+        let key: Vec<String> = self.key.iter().map(KeyPart::label).collect();
         let mut notes = vec![
             self.algorithm.name().to_string(),
             format!("key {}", key.join("+")),

@@ -112,6 +112,28 @@ pub enum ProblemKind {
     /// Not a header field name.
     #[error("`{0}` is not a valid header name")]
     BadHeaderName(String),
+    /// A query parameter name that no query could carry.
+    #[error(
+        "`{0}` is not a query parameter name (non-empty, without `&`, `=`, `#`, `?` or spaces)"
+    )]
+    BadQueryName(String),
+    /// Not a cookie name (an HTTP token).
+    #[error("`{0}` is not a valid cookie name")]
+    BadCookieName(String),
+    /// `{param: NAME}` that the route's path does not define.
+    #[error("{}", unknown_param(.name, .template))]
+    UnknownParam {
+        /// The parameter named by the key part.
+        name: String,
+        /// The route's templated path, if it has one.
+        template: Option<String>,
+    },
+    /// A templated path that cannot be parsed.
+    #[error("{0}")]
+    BadTemplate(#[from] super::template::TemplateError),
+    /// `path_prefix` with braces.
+    #[error("`path_prefix` cannot hold path parameters (`{0}`): use `path` for a template")]
+    TemplateInPrefix(String),
     /// Two names that must differ.
     #[error("duplicate {what} name `{name}`{}", in_route(.within))]
     Duplicate {
@@ -368,6 +390,15 @@ pub enum ProblemKind {
 pub const NOT_YET: &str = "is not supported yet";
 
 /// ` in route `NAME``, or nothing.
+fn unknown_param(name: &str, template: &Option<String>) -> String {
+    match template {
+        Some(t) => format!("the route's path `{t}` defines no parameter `{name}`"),
+        None => format!(
+            "`{{param: {name}}}` needs a templated route path, like `match: {{path: /users/{{{name}}}}}`"
+        ),
+    }
+}
+
 fn in_route(within: &Option<String>) -> String {
     within
         .as_ref()

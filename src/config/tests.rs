@@ -410,3 +410,73 @@ fn the_runtime_flavour_needs_a_restart() {
     let changes = diff::diff(&old, &new);
     assert_eq!(changes.needs_restart, ["server.work_stealing"]);
 }
+
+/// A route with `path` as its match and one limit keyed by `part`.
+fn templated(path: &str, part: &str) -> String {
+    format!(
+        "routes:\n  - name: r\n    match: {{ path: \"{path}\" }}\n    respond: {{ status: 200 }}\n    limits:\n      - {{ name: l, key: [{part}], limit: 1, window: 1s }}\n"
+    )
+}
+
+#[test]
+fn query_cookie_and_param_parts_are_checked() {
+    let config = load(&templated("/users/{id}/orders", "{param: id}")).unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].key,
+        [KeyPart::Param("id".into())]
+    );
+    assert!(matches!(config.routes[0].path, PathMatch::Template(_)));
+    let config = load(&templated("/a", "{query: api_key}")).unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].key,
+        [KeyPart::Query("api_key".into())]
+    );
+    let config = load(&templated("/a", "{cookie: session}")).unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].key,
+        [KeyPart::Cookie("session".into())]
+    );
+
+    let cases = [
+        (
+            templated("/users/{id}", "{param: user}"),
+            "test.yaml:6:26: the route's path `/users/{id}` defines no parameter `user`",
+        ),
+        (
+            templated("/users", "{param: id}"),
+            "test.yaml:6:26: `{param: id}` needs a templated route path, like `match: {path: /users/{id}}`",
+        ),
+        (
+            templated("/users/id{id}", "ip"),
+            "test.yaml:3:20: a path parameter takes a whole segment (`/{name}/`), not `id{id}`",
+        ),
+        (
+            templated("/users/{id}/{id}", "ip"),
+            "test.yaml:3:20: the path parameter `id` appears twice",
+        ),
+        (
+            templated("/users//{id}", "ip"),
+            "test.yaml:3:20: `/users//{id}` is not a valid path: its literal segments are not canonical",
+        ),
+        (
+            templated("/a", "{query: \"a&b\"}"),
+            "test.yaml:6:26: `a&b` is not a query parameter name",
+        ),
+        (
+            templated("/a", "{cookie: \"a b\"}"),
+            "test.yaml:6:26: `a b` is not a valid cookie name",
+        ),
+        (
+            "routes:\n  - name: r\n    match: { path_prefix: \"/u/{id}\" }\n    respond: { status: 200 }\n".to_string(),
+            "test.yaml:3:27: `path_prefix` cannot hold path parameters",
+        ),
+        (
+            templated("/a", "{params: id}"),
+            "unknown key part `params`",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = error_of(&text);
+        assert!(err.contains(want), "want {want:?}, got {err}");
+    }
+}

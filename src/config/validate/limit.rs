@@ -4,6 +4,7 @@ use super::super::checker::Checker;
 use super::super::defaults::limit as defaults;
 use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile};
 use super::super::problem::{KeyPath, ProblemKind};
+use super::super::template::PathTemplate;
 use super::super::{format_duration, Algorithm, KeyPart, LimitConfig};
 use super::server::check_between;
 use std::time::Duration;
@@ -15,7 +16,14 @@ const LARGE_LOG: u64 = 10_000;
 /// The longest window.
 const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 
-pub(super) fn limit(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> LimitConfig {
+/// `template` is the route's templated path, which `{param: NAME}` parts
+/// must name a parameter of.
+pub(super) fn limit(
+    c: &mut Checker,
+    path: &KeyPath,
+    f: &LimitFile,
+    template: Option<&PathTemplate>,
+) -> LimitConfig {
     c.name(&path.key("name"), &f.name, "limit");
     let kind = f.algorithm.unwrap_or(AlgorithmFile::SlidingLog);
     for (key, present, owner) in [
@@ -28,7 +36,7 @@ pub(super) fn limit(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> LimitConf
             c.problem(&path.key(key), ProblemKind::OnlyFor { key, algorithm });
         }
     }
-    let key = key_parts(c, path, &f.key);
+    let key = key_parts(c, path, &f.key, template);
     if f.limit == 0 {
         c.problem(&path.key("limit"), ProblemKind::ZeroLimit);
     }
@@ -64,9 +72,14 @@ pub(super) fn limit(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> LimitConf
     }
 }
 
-fn key_parts(c: &mut Checker, path: &KeyPath, parts: &[KeyPartFile]) -> Vec<KeyPart> {
+fn key_parts(
+    c: &mut Checker,
+    path: &KeyPath,
+    parts: &[KeyPartFile],
+    template: Option<&PathTemplate>,
+) -> Vec<KeyPart> {
     if parts.is_empty() {
-        let item = "part (ip, user, method, path or {header: NAME})";
+        let item = "part (ip, user, method, path, {header: NAME}, {query: NAME}, {cookie: NAME} or {param: NAME})";
         c.problem(&path.key("key"), ProblemKind::NeedsOne { key: "key", item });
     }
     let mut key = Vec::with_capacity(parts.len());
@@ -79,6 +92,38 @@ fn key_parts(c: &mut Checker, path: &KeyPath, parts: &[KeyPartFile]) -> Vec<KeyP
             KeyPartFile::Header(name) => {
                 c.header_name(&path.key("key").index(i), name);
                 KeyPart::Header(name.to_ascii_lowercase())
+            }
+            KeyPartFile::Query(name) => {
+                let bad = name.is_empty()
+                    || name
+                        .chars()
+                        .any(|ch| matches!(ch, '&' | '=' | '#' | '?') || ch.is_whitespace());
+                if bad {
+                    let kind = ProblemKind::BadQueryName(name.clone());
+                    c.problem(&path.key("key").index(i), kind);
+                }
+                KeyPart::Query(name.clone())
+            }
+            KeyPartFile::Cookie(name) => {
+                let token = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token {
+                    let kind = ProblemKind::BadCookieName(name.clone());
+                    c.problem(&path.key("key").index(i), kind);
+                }
+                KeyPart::Cookie(name.clone())
+            }
+            KeyPartFile::Param(name) => {
+                if !template.is_some_and(|t| t.has_param(name)) {
+                    let kind = ProblemKind::UnknownParam {
+                        name: name.clone(),
+                        template: template.map(|t| t.as_str().to_string()),
+                    };
+                    c.problem(&path.key("key").index(i), kind);
+                }
+                KeyPart::Param(name.clone())
             }
         });
     }

@@ -3,6 +3,7 @@
 use super::super::checker::Checker;
 use super::super::file::{MatchFile, RouteFile};
 use super::super::problem::{KeyPath, ProblemKind};
+use super::super::template::PathTemplate;
 use super::super::{PathMatch, RouteAction, RouteConfig, UpstreamConfig};
 use super::limit::limit;
 use super::route_path;
@@ -53,7 +54,11 @@ fn route(c: &mut Checker, r: usize, f: &RouteFile, upstreams: &[UpstreamConfig])
             };
             c.problem(&limit_path(r, l).key("name"), kind);
         }
-        limits.push(limit(c, &limit_path(r, l), file));
+        let template = match &path_match {
+            PathMatch::Template(t) => Some(t),
+            _ => None,
+        };
+        limits.push(limit(c, &limit_path(r, l), file, template));
     }
     RouteConfig {
         name: f.name.clone(),
@@ -77,7 +82,15 @@ fn matcher(
             c.problem(path, ProblemKind::NotBoth { owner, a, b });
             PathMatch::Any
         }
+        (Some(p), None) if PathTemplate::is_template(p) => template(c, &path.key("path"), p),
         (Some(p), None) => PathMatch::Exact(checked_path(c, &path.key("path"), p)),
+        (None, Some(p)) if PathTemplate::is_template(p) => {
+            c.problem(
+                &path.key("path_prefix"),
+                ProblemKind::TemplateInPrefix(p.clone()),
+            );
+            PathMatch::Any
+        }
         (None, Some(p)) => PathMatch::Prefix(checked_path(c, &path.key("path_prefix"), p)),
         (None, None) => PathMatch::Any,
     };
@@ -146,6 +159,46 @@ fn action(
                 status,
                 body: r.body.clone(),
             }
+        }
+    }
+}
+
+/// `path: /users/{id}/orders`: its literal segments canonical, each
+/// parameter a whole segment with a unique name.
+fn template(c: &mut Checker, path: &KeyPath, value: &str) -> PathMatch {
+    match PathTemplate::parse(value) {
+        Ok(template) => {
+            // Its literal segments must be canonical, as any path's: each
+            // parameter stands for one plain segment.
+            let probe: Vec<&str> = value
+                .split('/')
+                .map(|s| if s.starts_with('{') { "p" } else { s })
+                .collect();
+            let probe = probe.join("/");
+            let slashes = crate::target::EscapedSlashes::Keep;
+            match crate::target::canonical_path(probe.as_bytes(), slashes) {
+                Ok(canonical) if canonical == probe => PathMatch::Template(template),
+                Ok(_) => {
+                    let kind = ProblemKind::BadPath {
+                        value: value.to_string(),
+                        error: "its literal segments are not canonical (no `//`, `.`, `..` or needless escapes)".into(),
+                    };
+                    c.problem(path, kind);
+                    PathMatch::Any
+                }
+                Err(e) => {
+                    let kind = ProblemKind::BadPath {
+                        value: value.to_string(),
+                        error: e.to_string(),
+                    };
+                    c.problem(path, kind);
+                    PathMatch::Any
+                }
+            }
+        }
+        Err(e) => {
+            c.problem(path, ProblemKind::BadTemplate(e));
+            PathMatch::Any
         }
     }
 }
