@@ -25,6 +25,7 @@ fn routes(n: usize) -> Vec<RouteConfig> {
                 body: String::new(),
             },
             limits: Vec::new(),
+            exempt: Default::default(),
         })
         .collect()
 }

@@ -87,6 +87,7 @@ mod tests {
             cost: 1,
             shadow: false,
             share: None,
+            exempt: Default::default(),
         }
     }
 

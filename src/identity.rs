@@ -22,6 +22,19 @@ pub enum User<'a> {
     Invalid(&'static str),
 }
 
+/// A verified token's claims.
+pub type Claims = serde_json::Map<String, serde_json::Value>;
+
+/// What a request establishes about itself: its identity and, when it came
+/// from a verified token, that token's claims (never an unverified one's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Established<'a> {
+    /// The `user` key part.
+    pub user: User<'a>,
+    /// The verified token's claims, if a token verified.
+    pub claims: Option<Claims>,
+}
+
 /// What a request carries under one header name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderValues<'a> {
@@ -78,7 +91,17 @@ impl Identity {
         header: impl Fn(&str) -> HeaderValues<'a>,
         from_trusted_proxy: bool,
     ) -> User<'a> {
-        match self {
+        self.establish(header, from_trusted_proxy).user
+    }
+
+    /// The identity of a request, as [`Identity::user`], with the verified
+    /// token's claims.
+    pub fn establish<'a>(
+        &self,
+        header: impl Fn(&str) -> HeaderValues<'a>,
+        from_trusted_proxy: bool,
+    ) -> Established<'a> {
+        let user = match self {
             Identity::None => User::Absent,
             Identity::Header(name) if from_trusted_proxy => match header(name) {
                 HeaderValues::One(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
@@ -88,10 +111,11 @@ impl Identity {
             Identity::Header(_) => User::Absent,
             Identity::Jwt(verifier) => match header(&verifier.header) {
                 HeaderValues::Absent => User::Absent,
-                HeaderValues::One(value) => verifier.verify(value),
+                HeaderValues::One(value) => return verifier.establish(value),
                 HeaderValues::Several => User::Invalid("token header sent more than once"),
             },
-        }
+        };
+        Established { user, claims: None }
     }
 }
 
@@ -138,28 +162,26 @@ impl JwtVerifier {
 
     /// Verifies `Bearer <token>` and returns the claim, or why not.
     pub fn verify<'a>(&self, value: &[u8]) -> User<'a> {
-        let Ok(text) = std::str::from_utf8(value) else {
-            return User::Invalid("header is not UTF-8");
-        };
-        let text = text.trim();
-        let token = match text.split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-            _ => return User::Invalid("not a Bearer token"),
-        };
-        if token.is_empty() || token.len() > MAX_TOKEN {
-            return User::Invalid("empty or oversized token");
+        self.establish(value).user
+    }
+
+    /// Verifies `Bearer <token>`: the claim as the user (or why not), and
+    /// the token's claims when it verifies.
+    pub fn establish<'a>(&self, value: &[u8]) -> Established<'a> {
+        match self.claims(value) {
+            Ok(claims) => Established {
+                user: self.user_of(&claims),
+                claims: Some(claims),
+            },
+            Err(reason) => Established {
+                user: User::Invalid(reason),
+                claims: None,
+            },
         }
-        let claims = match decode::<serde_json::Map<String, serde_json::Value>>(
-            token,
-            &self.key,
-            &self.validation,
-        ) {
-            Ok(data) => data.claims,
-            Err(e) => {
-                log::debug!("JWT rejected: {e}");
-                return User::Invalid("token does not verify");
-            }
-        };
+    }
+
+    /// The configured claim of verified `claims`, as the user.
+    fn user_of<'a>(&self, claims: &Claims) -> User<'a> {
         match claims.get(&self.claim) {
             Some(serde_json::Value::String(s)) if !s.is_empty() => {
                 User::Known(Cow::Owned(s.clone().into_bytes()))
@@ -168,6 +190,28 @@ impl JwtVerifier {
                 User::Known(Cow::Owned(n.to_string().into_bytes()))
             }
             _ => User::Invalid("token lacks the configured claim"),
+        }
+    }
+
+    /// The claims of `Bearer <token>` once it verifies, or why it does not.
+    fn claims(&self, value: &[u8]) -> Result<Claims, &'static str> {
+        let Ok(text) = std::str::from_utf8(value) else {
+            return Err("header is not UTF-8");
+        };
+        let text = text.trim();
+        let token = match text.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+            _ => return Err("not a Bearer token"),
+        };
+        if token.is_empty() || token.len() > MAX_TOKEN {
+            return Err("empty or oversized token");
+        }
+        match decode::<Claims>(token, &self.key, &self.validation) {
+            Ok(data) => Ok(data.claims),
+            Err(e) => {
+                log::debug!("JWT rejected: {e}");
+                Err("token does not verify")
+            }
         }
     }
 }

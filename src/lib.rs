@@ -17,6 +17,7 @@ pub mod admin;
 pub mod config;
 pub mod context;
 pub mod drain;
+pub mod exempt;
 pub mod front_door;
 pub mod headers;
 pub mod health;

@@ -96,9 +96,20 @@ impl DecisionLabel {
 #[derive(Clone)]
 pub struct LimitCounters {
     counters: Vec<IntCounter>,
+    /// `decision="exempt", source="exempt"`: requests the limit did not
+    /// count; only for a limit some `exempt:` rule applies to (no series of
+    /// zeros for the others).
+    exempt: Option<IntCounter>,
 }
 
 impl LimitCounters {
+    /// Adds one request the limit did not count (see `exempt`).
+    pub fn inc_exempt(&self) {
+        if let Some(exempt) = &self.exempt {
+            exempt.inc();
+        }
+    }
+
     /// Adds one to the counter of (`decision`, `source`).
     /// `ShadowDeny` counts only on counters made with `shadow: true`.
     pub fn inc(&self, decision: DecisionLabel, source: Source) {
@@ -239,7 +250,14 @@ impl Metrics {
     /// Counters for one limit of one route, created at zero so that dashboards
     /// and alerts see every series from the start. A `shadow` limit also has
     /// `decision="shadow_deny"` series.
-    pub fn limit_counters(&self, route: &str, limit: &str, shadow: bool) -> LimitCounters {
+    /// `exemptible`: whether an `exempt:` rule applies to the limit.
+    pub fn limit_counters(
+        &self,
+        route: &str,
+        limit: &str,
+        shadow: bool,
+        exemptible: bool,
+    ) -> LimitCounters {
         let decisions: &[DecisionLabel] = if shadow {
             &[
                 DecisionLabel::Allow,
@@ -260,7 +278,11 @@ impl Metrics {
                 ]));
             }
         }
-        LimitCounters { counters }
+        let exempt = exemptible.then(|| {
+            self.decisions
+                .with_label_values(&[route, limit, "exempt", "exempt"])
+        });
+        LimitCounters { counters, exempt }
     }
 
     /// The registry in Prometheus text format.
@@ -286,7 +308,7 @@ mod tests {
             .with_label_values(&["r"])
             .observe(0.01);
         metrics
-            .limit_counters("r", "l", false)
+            .limit_counters("r", "l", false, false)
             .inc(DecisionLabel::Deny, Source::Local);
         metrics.redis.duration.observe(0.001);
         let text = String::from_utf8(metrics.encode()).unwrap();

@@ -17,13 +17,15 @@
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
 use crate::config::{Algorithm, EscapedSlashes, OnMissing};
+use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
+use crate::identity::Claims;
 use crate::identity::User;
 use crate::keys::{build_key, cookie_value, AmbiguousPart, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
-use crate::state::{CompiledRoute, GatewayState};
+use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora::http::RequestHeader;
@@ -275,9 +277,9 @@ pub async fn judge<'a>(
 ) -> Judgement<'a> {
     let mut report = LimitReport::default();
     let needs_user = state.identity.required() || !route.limits.is_empty();
-    let user = match needs_user.then(|| request_user(state, view)) {
-        None => None,
-        Some(Ok(user)) => user,
+    let (user, claims) = match needs_user.then(|| request_user(state, view)) {
+        None => (None, None),
+        Some(Ok(established)) => established,
         Some(Err(())) => {
             return Judgement {
                 report,
@@ -293,7 +295,22 @@ pub async fn judge<'a>(
     }
     let client = client_ip(state, view.head, view.peer);
     report.client = Some(client);
-    let keys = match limit_keys(state, route, view, client, user.as_deref()) {
+    // The exemption's view of the request ends before the limiter is asked
+    // (it borrows the head, and the decision's future must be Send).
+    let keys = {
+        let header = |name: &str| header_values(view.head, name);
+        let subject = Subject {
+            client,
+            trusted_peer: state.client_ip.is_trusted(view.peer),
+            header: &header,
+            claims: claims.as_ref(),
+        };
+        let whole_route =
+            exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
+        let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
+        limit_keys(state, route, view, client, user.as_deref(), &exempt)
+    };
+    let keys = match keys {
         Ok(keys) => keys,
         Err(e) => {
             log::debug!("bad request on route {}: {e}", route.name);
@@ -354,31 +371,34 @@ pub fn client_ip(state: &GatewayState, head: &RequestHeader, peer: IpAddr) -> Ip
         .client_ip(peer, forwarded.iter().map(|v| v.as_bytes()))
 }
 
-/// The request's identity: `Err(())` when one is required and missing or
-/// invalid (answer 401).
+/// The request's identity and its verified token's claims: `Err(())` when
+/// an identity is required and missing or invalid (answer 401).
+#[allow(clippy::type_complexity)]
 fn request_user<'v>(
     state: &GatewayState,
     view: &RequestView<'v>,
-) -> Result<Option<Cow<'v, [u8]>>, ()> {
+) -> Result<(Option<Cow<'v, [u8]>>, Option<Claims>), ()> {
     let trusted = state.client_ip.is_trusted(view.peer);
     let head = view.head;
-    match state
+    let established = state
         .identity
-        .user(|name| header_values(head, name), trusted)
-    {
-        User::Known(user) => Ok(Some(user)),
+        .establish(|name| header_values(head, name), trusted);
+    let claims = established.claims;
+    match established.user {
+        User::Known(user) => Ok((Some(user), claims)),
         User::Invalid(_) | User::Absent if state.identity.required() => Err(()),
         User::Invalid(reason) => {
             log::debug!("identity ignored: {reason}");
-            Ok(None)
+            Ok((None, claims))
         }
-        User::Absent => Ok(None),
+        User::Absent => Ok((None, claims)),
     }
 }
 
 /// The counter keys of the route's limits for this request, as (limit
 /// index, key). Limits whose key part is missing with `on_missing: skip`
-/// are left out. A key part the request carries twice with different values
+/// are left out, and so are those `exempt` says do not count this request
+/// (counted as exempt). A key part the request carries twice with different values
 /// fails the request (a 400): counting it under either value could let the
 /// client choose its counter.
 fn limit_keys(
@@ -387,6 +407,7 @@ fn limit_keys(
     view: &RequestView<'_>,
     client: IpAddr,
     user: Option<&[u8]>,
+    exempt: &dyn Fn(&CompiledLimit) -> bool,
 ) -> Result<Vec<(usize, String)>, AmbiguousPart> {
     let ip_text = state.client_ip.key_text(client);
     let header = |name: &str| view.head.headers.get(name).map(|v| v.as_bytes());
@@ -406,7 +427,11 @@ fn limit_keys(
         param: &param,
     };
     let prefix = &state.config.limiter.redis.key_prefix;
-    let key_of = |(i, limit): (usize, &crate::state::CompiledLimit)| {
+    let key_of = |(i, limit): (usize, &CompiledLimit)| {
+        if exempt(limit) {
+            limit.counters.inc_exempt();
+            return None;
+        }
         let c = &limit.config;
         // A shared counter is named by its share, under the route name `*`,
         // which no route can have.

@@ -165,6 +165,7 @@ mod tests {
                 body: String::new(),
             },
             limits: vec![],
+            exempt: Default::default(),
         }
     }
 

@@ -46,6 +46,8 @@ pub struct CompiledRoute {
     pub action: RouteAction,
     /// Its limits, in file order.
     pub limits: Vec<CompiledLimit>,
+    /// Requests none of its limits count.
+    pub exempt: crate::config::ExemptConfig,
     /// Its path template, whose parameters key parts may name.
     pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
@@ -124,9 +126,17 @@ impl GatewayState {
                     .iter()
                     .map(|limit| CompiledLimit {
                         config: limit.clone(),
-                        counters: metrics.limit_counters(&route.name, &limit.name, limit.shadow),
+                        counters: metrics.limit_counters(
+                            &route.name,
+                            &limit.name,
+                            limit.shadow,
+                            !(config.exempt.is_empty()
+                                && route.exempt.is_empty()
+                                && limit.exempt.is_empty()),
+                        ),
                     })
                     .collect(),
+                exempt: route.exempt.clone(),
                 template: match &route.path {
                     crate::config::PathMatch::Template(t) => Some(t.clone()),
                     _ => None,

@@ -41,6 +41,10 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     if old.response != new.response {
         d.applied.push("response modified".into());
     }
+    if old.exempt != new.exempt {
+        d.applied
+            .push(format!("exempt modified: {}", new.exempt.describe()));
+    }
     if old.server.access_log != new.server.access_log {
         d.applied.push(format!(
             "server.access_log {}",
@@ -104,6 +108,9 @@ fn routes(old: &Config, new: &Config, d: &mut ConfigDiff) {
         }
         if action_target(old, o) != action_target(new, n) {
             what.push("target");
+        }
+        if o.exempt != n.exempt {
+            what.push("exempt");
         }
         if i != j {
             what.push("position");

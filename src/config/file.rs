@@ -29,6 +29,19 @@ pub struct FileConfig {
     pub upstreams: BTreeMap<String, UpstreamFile>,
     #[serde(default)]
     pub routes: Vec<RouteFile>,
+    pub exempt: Option<ExemptFile>,
+}
+
+/// `exempt:` (top level, a route's, a limit's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExemptFile {
+    #[serde(default)]
+    pub cidrs: Vec<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    pub claims: BTreeMap<String, Vec<String>>,
 }
 
 /// `server:`.
@@ -178,6 +191,7 @@ pub struct RouteFile {
     pub respond: Option<RespondFile>,
     #[serde(default)]
     pub limits: Vec<LimitFile>,
+    pub exempt: Option<ExemptFile>,
 }
 
 /// `routes[].match`.
@@ -220,6 +234,7 @@ pub struct LimitFile {
     pub lease: Option<String>,
     /// Name of a counter shared between routes.
     pub share: Option<String>,
+    pub exempt: Option<ExemptFile>,
 }
 
 /// One key part: `ip`, `user`, `method`, `path`, or a map of one entry:

@@ -45,6 +45,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// `routes:`, in file order (first match wins).
     pub routes: Vec<RouteConfig>,
+    /// `exempt:`: requests no limit of any route counts.
+    pub exempt: ExemptConfig,
     /// Things that work but deserve the operator's attention, `path:line:column`
     /// formatted like errors (printed by `--check` and logged at start).
     pub warnings: Vec<String>,
@@ -294,6 +296,45 @@ pub struct RouteConfig {
     pub action: RouteAction,
     /// Limits applied, all of which must admit.
     pub limits: Vec<LimitConfig>,
+    /// `exempt:`: requests none of this route's limits count.
+    pub exempt: ExemptConfig,
+}
+
+/// Which requests a limit does not count (`exempt:` at the top level, on a
+/// route or on a limit). Any one match exempts; an empty one exempts nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExemptConfig {
+    /// Client IPs (as `client_ip` resolves them) in these networks.
+    pub cidrs: Vec<IpNet>,
+    /// Request headers (lower-case name) with one of these values, believed
+    /// only from trusted proxies (a client could send any header).
+    pub headers: Vec<(String, Vec<String>)>,
+    /// Verified JWT claims with one of these values (for an array claim:
+    /// any of its elements).
+    pub claims: Vec<(String, Vec<String>)>,
+}
+
+impl ExemptConfig {
+    /// Whether it exempts nothing.
+    pub fn is_empty(&self) -> bool {
+        self.cidrs.is_empty() && self.headers.is_empty() && self.claims.is_empty()
+    }
+
+    /// The exemption in one phrase: "10.0.0.0/8, header x-internal, claim
+    /// role", or "nothing".
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self.cidrs.iter().map(ToString::to_string).collect();
+        parts.extend(
+            self.headers
+                .iter()
+                .map(|(name, _)| format!("header {name}")),
+        );
+        parts.extend(self.claims.iter().map(|(name, _)| format!("claim {name}")));
+        if parts.is_empty() {
+            return "nothing".into();
+        }
+        parts.join(", ")
+    }
 }
 
 /// One part of a limit's key.
@@ -437,6 +478,8 @@ pub struct LimitConfig {
     /// Name of the counter shared with other routes' limits (`share:`); the
     /// key then names the share instead of the route and limit.
     pub share: Option<String>,
+    /// `exempt:`: requests this limit does not count.
+    pub exempt: ExemptConfig,
 }
 
 impl LimitConfig {
@@ -478,6 +521,9 @@ impl LimitConfig {
         }
         if self.shadow {
             notes.push("shadow".into());
+        }
+        if !self.exempt.is_empty() {
+            notes.push(format!("exempt {}", self.exempt.describe()));
         }
         format!("{rate} ({})", notes.join(", "))
     }

@@ -181,6 +181,17 @@ pub enum ProblemKind {
     /// Not a CIDR or an IP.
     #[error("`{0}` is not a CIDR (such as 10.0.0.0/8) or an IP address")]
     BadCidr(String),
+    /// An exemption criterion with nothing to match.
+    #[error("`{0}` lists no values: it would exempt nothing")]
+    NoExemptValues(String),
+    /// `exempt.claims` without a verified token to take claims from.
+    #[error(
+        "exempting by claims needs `identity.jwt`: claims are believed only from a verified token"
+    )]
+    ClaimsWithoutJwt,
+    /// `exempt.headers` that no request can be believed to carry.
+    #[error("headers are believed only from `client_ip.trusted_proxies`, and none is set: this exemption never applies")]
+    HeadersWithoutTrustedProxies,
 
     // ---- limiter and response ---------------------------------------------
     /// Not a `redis://` URL.

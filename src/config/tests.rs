@@ -480,3 +480,54 @@ fn query_cookie_and_param_parts_are_checked() {
         assert!(err.contains(want), "want {want:?}, got {err}");
     }
 }
+
+#[test]
+fn exemptions_are_checked_where_they_are_written() {
+    let text = "client_ip:\n  trusted_proxies: [10.0.0.1]\nexempt:\n  cidrs: [10.0.0.0/8, \"2001:db8::/32\", 192.168.1.7]\n  headers: { X-Internal: [\"yes\"] }\nroutes:\n  - name: r\n    respond: {}\n    exempt: { cidrs: [127.0.0.1] }\n    limits:\n      - { name: l, key: [ip], limit: 1, window: 1s, exempt: { cidrs: [\"::1\"] } }\n";
+    let config = load(text).unwrap();
+    assert_eq!(config.exempt.cidrs.len(), 3);
+    assert_eq!(
+        config.exempt.headers,
+        [("x-internal".to_string(), vec!["yes".to_string()])]
+    );
+    assert_eq!(config.routes[0].exempt.cidrs.len(), 1);
+    assert_eq!(config.routes[0].limits[0].exempt.cidrs.len(), 1);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    assert!(config.routes[0].limits[0]
+        .describe()
+        .contains("exempt ::1/128"));
+
+    let cases = [
+        (
+            "exempt:\n  cidrs: [10.0.0.0/33]\n",
+            "test.yaml:2:11: `10.0.0.0/33` is not",
+        ),
+        (
+            "exempt:\n  claims: { role: [admin] }\n",
+            "test.yaml:2:11: exempting by claims needs `identity.jwt`",
+        ),
+        (
+            "exempt:\n  headers: { x-a: [] }\n",
+            "test.yaml:2:19: `headers.x-a` lists no values",
+        ),
+        (
+            "exempt:\n  headers: { \"a b\": [x] }\n",
+            "`a b` is not a valid header name",
+        ),
+        ("exempt:\n  hosts: [x]\n", "unknown field `hosts`"),
+    ];
+    for (text, want) in cases {
+        let err = error_of(text);
+        assert!(err.contains(want), "want {want:?}, got {err}");
+    }
+    // Headers with no trusted proxy to believe them: a warning, not an error.
+    let config = load("exempt:\n  headers: { x-internal: [\"yes\"] }\n").unwrap();
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.contains("this exemption never applies")),
+        "{:?}",
+        config.warnings
+    );
+}

@@ -69,6 +69,7 @@ pub(super) fn limit(
         cost,
         shadow: f.shadow,
         share: f.share.clone(),
+        exempt: super::exempt::exempt(c, &path.key("exempt"), f.exempt.as_ref()),
     }
 }
 

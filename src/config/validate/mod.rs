@@ -4,6 +4,7 @@
 //! through the [`Checker`] by typed [`KeyPath`]. Upstream names are resolved
 //! afterwards, outside validation (`config/resolve.rs`).
 
+mod exempt;
 mod limit;
 mod limiter;
 mod route;
@@ -37,6 +38,18 @@ pub(super) fn validate(
     if identity == IdentityConfig::None {
         warn_user_keys_without_identity(&mut c, &routes);
     }
+    let top = KeyPath::root("exempt");
+    let exempt = exempt::exempt(&mut c, &top, file.exempt.as_ref());
+    let trusted = !client_ip.trusted_proxies.is_empty();
+    exempt::check_sources(&mut c, &top, &exempt, &identity, trusted);
+    for (r, route) in routes.iter().enumerate() {
+        let at = route_path(r).key("exempt");
+        exempt::check_sources(&mut c, &at, &route.exempt, &identity, trusted);
+        for (l, limit) in route.limits.iter().enumerate() {
+            let at = route::limit_path(r, l).key("exempt");
+            exempt::check_sources(&mut c, &at, &limit.exempt, &identity, trusted);
+        }
+    }
     if !c.problems.is_empty() {
         return Err(c.problems);
     }
@@ -48,6 +61,7 @@ pub(super) fn validate(
         response,
         upstreams,
         routes,
+        exempt,
         warnings: Vec::new(),
     };
     Ok((config, c.warnings))

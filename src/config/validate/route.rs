@@ -67,6 +67,7 @@ fn route(c: &mut Checker, r: usize, f: &RouteFile, upstreams: &[UpstreamConfig])
         host,
         action,
         limits,
+        exempt: super::exempt::exempt(c, &path.key("exempt"), f.exempt.as_ref()),
     }
 }
 

@@ -157,20 +157,27 @@ fn check_listen_addr(c: &mut Checker, path: &KeyPath, addr: &str) {
     }
 }
 
+/// A network (`10.0.0.0/8`) or one address, truncated to its network.
+pub(super) fn cidr(c: &mut Checker, path: &KeyPath, text: &str) -> Option<IpNet> {
+    let parsed = text
+        .parse::<IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+    match parsed {
+        Ok(net) => Some(net.trunc()),
+        Err(_) => {
+            c.problem(path, ProblemKind::BadCidr(text.to_string()));
+            None
+        }
+    }
+}
+
 pub(super) fn client_ip(c: &mut Checker, f: &ClientIpFile) -> ClientIpConfig {
     let d = ClientIpConfig::default();
     let at = |key: &str| KeyPath::root("client_ip").key(key);
     let mut trusted_proxies = Vec::new();
     for (i, text) in f.trusted_proxies.iter().enumerate() {
-        let parsed = text
-            .parse::<IpNet>()
-            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
-        match parsed {
-            Ok(net) => trusted_proxies.push(net.trunc()),
-            Err(_) => c.problem(
-                &at("trusted_proxies").index(i),
-                ProblemKind::BadCidr(text.clone()),
-            ),
+        if let Some(net) = cidr(c, &at("trusted_proxies").index(i), text) {
+            trusted_proxies.push(net);
         }
     }
     let ipv6_prefix = f.ipv6_prefix.unwrap_or(d.ipv6_prefix);
