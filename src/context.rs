@@ -3,8 +3,7 @@
 
 use crate::access_log::AccessLogLine;
 use crate::config::RouteAction;
-use crate::limiter::Decision;
-use crate::policy::{HeldLeases, LimitReport, Routed, Verdict};
+use crate::policy::{HeldLeases, LimitReport, RateEntry, Routed, Verdict};
 use crate::request::request_path;
 use crate::state::{CompiledRoute, GatewayState};
 use pingora::http::RequestHeader;
@@ -20,7 +19,7 @@ pub struct RequestCtx {
     pub started: Instant,
     /// The enforced limits' decisions, most restrictive first: what the
     /// headers report.
-    pub rate: Vec<(usize, Decision)>,
+    pub rate: Vec<RateEntry>,
     /// Concurrency leases to release when the response ends.
     pub leases: Option<HeldLeases>,
     /// What the limiter decided, for the access log.

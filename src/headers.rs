@@ -88,6 +88,9 @@ mod tests {
             shadow: false,
             share: None,
             exempt: Default::default(),
+            limit_from: None,
+            plans: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 

@@ -259,6 +259,23 @@ pub struct RequestParts<'a> {
     pub param: &'a dyn Fn(&str) -> Option<&'a str>,
 }
 
+/// The raw value of `part` in `request` (before hashing).
+pub fn part_value<'a>(part: &KeyPart, request: &RequestParts<'a>) -> PartValue<'a> {
+    let one = |value: &'a [u8]| PartValue::One(Cow::Borrowed(value));
+    match part {
+        KeyPart::Ip => one(request.ip.as_bytes()),
+        KeyPart::User => request.user.map_or(PartValue::Missing, one),
+        KeyPart::Method => one(request.method.as_bytes()),
+        KeyPart::Path => one(request.path),
+        KeyPart::Header(name) => (request.header)(name).map_or(PartValue::Missing, one),
+        KeyPart::Query(name) => query_value(request.query, name),
+        KeyPart::Cookie(name) => (request.cookie)(name),
+        KeyPart::Param(name) => {
+            (request.param)(name).map_or(PartValue::Missing, |v| one(v.as_bytes()))
+        }
+    }
+}
+
 /// A key part the request carries twice with different values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the request carries `{0}` twice with different values")]
@@ -294,22 +311,7 @@ pub fn build_key(
         if i > 0 {
             key.push('|');
         }
-        let value: PartValue<'_> = match part {
-            KeyPart::Ip => PartValue::One(Cow::Borrowed(request.ip.as_bytes())),
-            KeyPart::User => request
-                .user
-                .map_or(PartValue::Missing, |u| PartValue::One(Cow::Borrowed(u))),
-            KeyPart::Method => PartValue::One(Cow::Borrowed(request.method.as_bytes())),
-            KeyPart::Path => PartValue::One(Cow::Borrowed(request.path)),
-            KeyPart::Header(name) => (request.header)(name)
-                .map_or(PartValue::Missing, |v| PartValue::One(Cow::Borrowed(v))),
-            KeyPart::Query(name) => query_value(request.query, name),
-            KeyPart::Cookie(name) => (request.cookie)(name),
-            KeyPart::Param(name) => (request.param)(name).map_or(PartValue::Missing, |v| {
-                PartValue::One(Cow::Borrowed(v.as_bytes()))
-            }),
-        };
-        match value {
+        match part_value(part, request) {
             PartValue::One(value) if !value.is_empty() => push_part(&mut key, &value),
             PartValue::Ambiguous => return Err(AmbiguousPart(part.label())),
             _ if substitute_ip => {

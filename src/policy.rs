@@ -16,12 +16,11 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
-use crate::config::{Algorithm, EscapedSlashes, OnMissing};
+use crate::config::{Algorithm, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource};
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
-use crate::identity::Claims;
-use crate::identity::User;
-use crate::keys::{build_key, cookie_value, AmbiguousPart, RequestParts};
+use crate::identity::{Claims, HeaderValues, User};
+use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
@@ -227,8 +226,29 @@ pub struct Verdict {
 /// The concurrency leases an admitted request holds until it ends.
 #[derive(Debug)]
 pub struct HeldLeases {
-    keys: Vec<(usize, String)>,
+    keys: Vec<Keyed>,
     outcome: Outcome,
+}
+
+/// One limit that applies to a request: its index in the route, its counter
+/// key, and the limit that applies (the configured one, or the request's
+/// plan's or override's).
+#[derive(Debug, Clone)]
+struct Keyed {
+    index: usize,
+    key: String,
+    applied: u64,
+}
+
+/// One enforced limit's decision, as the response headers report it.
+#[derive(Debug, Clone, Copy)]
+pub struct RateEntry {
+    /// The limit's index in its route.
+    pub limit: usize,
+    /// The limit that applied (see `plans` and `overrides`).
+    pub applied: u64,
+    /// Its decision.
+    pub decision: Decision,
 }
 
 impl HeldLeases {
@@ -242,9 +262,9 @@ impl HeldLeases {
 /// What the limits said about a request, whatever its outcome.
 #[derive(Debug, Default)]
 pub struct LimitReport {
-    /// (limit index, decision) of the enforced limits that applied, most
-    /// restrictive (least remaining) first: what the headers report.
-    pub rate: Vec<(usize, Decision)>,
+    /// The enforced limits that applied, most restrictive (least
+    /// remaining) first: what the headers report.
+    pub rate: Vec<RateEntry>,
     /// What the limiter decided, if it was asked.
     pub verdict: Option<Verdict>,
     /// The client IP, when the limits needed it.
@@ -308,7 +328,8 @@ pub async fn judge<'a>(
         let whole_route =
             exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
         let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
-        limit_keys(state, route, view, client, user.as_deref(), &exempt)
+        let plan = |source: &PlanSource| plan_name(source, &subject);
+        limit_keys(state, route, view, client, user.as_deref(), &exempt, &plan)
     };
     let keys = match keys {
         Ok(keys) => keys,
@@ -354,12 +375,30 @@ pub async fn judge<'a>(
 pub fn rate_headers(
     state: &GatewayState,
     route: Option<&CompiledRoute>,
-    entries: &[(usize, Decision)],
+    entries: &[RateEntry],
 ) -> Vec<(&'static str, HeaderValue)> {
     let Some(route) = route else {
         return Vec::new();
     };
-    let entries = entries.iter().map(|(i, d)| (&route.limits[*i].config, d));
+    // A plan or override changes the number the headers report.
+    let configs: Vec<Cow<'_, LimitConfig>> = entries
+        .iter()
+        .map(|e| {
+            let config = &route.limits[e.limit].config;
+            if config.limit == e.applied {
+                Cow::Borrowed(config)
+            } else {
+                Cow::Owned(LimitConfig {
+                    limit: e.applied,
+                    ..config.clone()
+                })
+            }
+        })
+        .collect();
+    let entries = configs
+        .iter()
+        .zip(entries)
+        .map(|(c, e)| (c.as_ref(), &e.decision));
     headers::rate_headers(state.config.response.headers, entries)
 }
 
@@ -369,6 +408,23 @@ pub fn client_ip(state: &GatewayState, head: &RequestHeader, peer: IpAddr) -> Ip
     state
         .client_ip
         .client_ip(peer, forwarded.iter().map(|v| v.as_bytes()))
+}
+
+/// The request's plan name from `source`: a verified claim (a string, or a
+/// number as JSON writes it), or a header sent once by a trusted proxy.
+fn plan_name(source: &PlanSource, subject: &Subject<'_>) -> Option<String> {
+    match source {
+        PlanSource::Claim(name) => match subject.claims?.get(name)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        },
+        PlanSource::Header(name) if subject.trusted_peer => match (subject.header)(name) {
+            HeaderValues::One(value) => std::str::from_utf8(value).ok().map(str::to_string),
+            _ => None,
+        },
+        PlanSource::Header(_) => None,
+    }
 }
 
 /// The request's identity and its verified token's claims: `Err(())` when
@@ -408,7 +464,8 @@ fn limit_keys(
     client: IpAddr,
     user: Option<&[u8]>,
     exempt: &dyn Fn(&CompiledLimit) -> bool,
-) -> Result<Vec<(usize, String)>, AmbiguousPart> {
+    plan: &dyn Fn(&PlanSource) -> Option<String>,
+) -> Result<Vec<Keyed>, AmbiguousPart> {
     let ip_text = state.client_ip.key_text(client);
     let header = |name: &str| view.head.headers.get(name).map(|v| v.as_bytes());
     let cookie = |name: &str| {
@@ -441,23 +498,54 @@ fn limit_keys(
         };
         let on_missing_ip = c.on_missing == OnMissing::Ip;
         build_key(prefix, scope, name, &c.key, &parts, on_missing_ip)
-            .map(|key| key.map(|key| (i, key)))
+            .map(|key| {
+                key.map(|key| Keyed {
+                    index: i,
+                    key,
+                    applied: applied_limit(c, &parts, plan),
+                })
+            })
             .transpose()
     };
     route.limits.iter().enumerate().filter_map(key_of).collect()
 }
 
+/// The limit that applies to this request: the first override whose key
+/// values it carries, else its plan's (when it names a listed plan), else
+/// the configured one.
+fn applied_limit(
+    c: &LimitConfig,
+    parts: &RequestParts<'_>,
+    plan: &dyn Fn(&PlanSource) -> Option<String>,
+) -> u64 {
+    let carries = |(part, want): &(KeyPart, String)| matches!(part_value(part, parts), PartValue::One(got) if got.as_ref() == want.as_bytes());
+    if let Some(o) = c.overrides.iter().find(|o| o.parts.iter().all(carries)) {
+        return o.limit;
+    }
+    let named = c.limit_from.as_ref().and_then(plan);
+    named
+        .and_then(|name| c.plans.iter().find(|(plan, _)| *plan == name))
+        .map_or(c.limit, |(_, limit)| *limit)
+}
+
 /// The limiter's view of the keyed limits.
-fn checks<'k>(route: &CompiledRoute, keys: &'k [(usize, String)]) -> Vec<LimitCheck<'k>> {
+fn checks<'k>(route: &CompiledRoute, keys: &'k [Keyed]) -> Vec<LimitCheck<'k>> {
     keys.iter()
-        .map(|(i, key)| {
-            let c = &route.limits[*i].config;
+        .map(|k| {
+            let c = &route.limits[k.index].config;
+            // A burst equal to the limit (its default) follows the plan.
+            let algorithm = match c.algorithm {
+                Algorithm::TokenBucket { burst } if burst == c.limit => {
+                    Algorithm::TokenBucket { burst: k.applied }
+                }
+                other => other,
+            };
             LimitCheck {
-                key,
-                limit: c.limit,
+                key: &k.key,
+                limit: k.applied,
                 window: c.window,
                 cost: c.cost,
-                algorithm: c.algorithm,
+                algorithm,
                 shadow: c.shadow,
             }
         })
@@ -465,7 +553,7 @@ fn checks<'k>(route: &CompiledRoute, keys: &'k [(usize, String)]) -> Vec<LimitCh
 }
 
 /// Counts the decision in `sluice_ratelimit_decisions_total`.
-fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) {
+fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) {
     let admitted = outcome.admitted;
     if matches!(outcome.source, Source::FailOpen | Source::FailClosed) {
         let label = if admitted {
@@ -473,13 +561,13 @@ fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Ou
         } else {
             DecisionLabel::Deny
         };
-        for (i, _) in keys {
-            route.limits[*i].counters.inc(label, outcome.source);
+        for k in keys {
+            route.limits[k.index].counters.inc(label, outcome.source);
         }
         return;
     }
-    for ((i, _), decision) in keys.iter().zip(&outcome.decisions) {
-        let limit = &route.limits[*i];
+    for (k, decision) in keys.iter().zip(&outcome.decisions) {
+        let limit = &route.limits[k.index];
         // A denied request is counted against the limits that denied it; the
         // others neither admitted it nor consumed anything.
         let label = match (limit.config.shadow, decision.allowed, admitted) {
@@ -493,23 +581,23 @@ fn count_decisions(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Ou
 }
 
 /// The enforced limits' decisions, most restrictive first.
-fn rate_entries(
-    route: &CompiledRoute,
-    keys: &[(usize, String)],
-    decisions: &[Decision],
-) -> Vec<(usize, Decision)> {
-    let mut entries: Vec<(usize, Decision)> = keys
+fn rate_entries(route: &CompiledRoute, keys: &[Keyed], decisions: &[Decision]) -> Vec<RateEntry> {
+    let mut entries: Vec<RateEntry> = keys
         .iter()
         .zip(decisions)
-        .filter(|((i, _), _)| !route.limits[*i].config.shadow)
-        .map(|((i, _), d)| (*i, *d))
+        .filter(|(k, _)| !route.limits[k.index].config.shadow)
+        .map(|(k, d)| RateEntry {
+            limit: k.index,
+            applied: k.applied,
+            decision: *d,
+        })
         .collect();
-    entries.sort_by_key(|(_, d)| d.remaining);
+    entries.sort_by_key(|e| e.decision.remaining);
     entries
 }
 
 /// What the access log says the limiter decided.
-fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -> Verdict {
+fn verdict(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) -> Verdict {
     let shadow = |i: &usize| route.limits[*i].config.shadow;
     let mut denials = keys
         .iter()
@@ -518,15 +606,15 @@ fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -
     let (label, limit, retry_after) = if !outcome.admitted {
         // The enforced limit that denies longest names the denial.
         match denials
-            .filter(|((i, _), _)| !shadow(i))
+            .filter(|(k, _)| !shadow(&k.index))
             .max_by_key(|(_, d)| d.retry_after)
         {
-            Some(((i, _), d)) => (DecisionLabel::Deny, Some(*i), d.retry_after),
+            Some((k, d)) => (DecisionLabel::Deny, Some(k.index), d.retry_after),
             None => (DecisionLabel::Deny, None, Duration::ZERO),
         }
     } else {
-        match denials.find(|((i, _), _)| shadow(i)) {
-            Some(((i, _), _)) => (DecisionLabel::ShadowDeny, Some(*i), Duration::ZERO),
+        match denials.find(|(k, _)| shadow(&k.index)) {
+            Some((k, _)) => (DecisionLabel::ShadowDeny, Some(k.index), Duration::ZERO),
             None => (DecisionLabel::Allow, None, Duration::ZERO),
         }
     };
@@ -539,21 +627,17 @@ fn verdict(route: &CompiledRoute, keys: &[(usize, String)], outcome: &Outcome) -
 }
 
 /// The admitted concurrency leases to release when the request ends.
-fn held_leases(
-    route: &CompiledRoute,
-    keys: Vec<(usize, String)>,
-    outcome: Outcome,
-) -> Option<HeldLeases> {
+fn held_leases(route: &CompiledRoute, keys: Vec<Keyed>, outcome: Outcome) -> Option<HeldLeases> {
     let is_lease = |i: usize| {
         matches!(
             route.limits[i].config.algorithm,
             Algorithm::Concurrency { .. }
         )
     };
-    let held: Vec<(usize, String)> = keys
+    let held: Vec<Keyed> = keys
         .into_iter()
         .zip(&outcome.decisions)
-        .filter(|((i, _), d)| d.allowed && is_lease(*i))
+        .filter(|(k, d)| d.allowed && is_lease(k.index))
         .map(|(entry, _)| entry)
         .collect();
     (!held.is_empty()).then_some(HeldLeases {

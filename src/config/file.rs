@@ -235,6 +235,30 @@ pub struct LimitFile {
     /// Name of a counter shared between routes.
     pub share: Option<String>,
     pub exempt: Option<ExemptFile>,
+    /// Where a request's plan comes from: `{claim: NAME}` or `{header: NAME}`.
+    pub limit_from: Option<LimitFromFile>,
+    /// Plan name → its limit.
+    pub plans: Option<BTreeMap<String, u64>>,
+    /// Limits for specific key values.
+    pub overrides: Option<Vec<OverrideFile>>,
+}
+
+/// `limits[].limit_from`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFromFile {
+    pub claim: Option<String>,
+    pub header: Option<String>,
+}
+
+/// One entry of `limits[].overrides`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideFile {
+    #[serde(rename = "match")]
+    pub matcher: BTreeMap<String, String>,
+    pub limit: Option<u64>,
+    pub plan: Option<String>,
 }
 
 /// One key part: `ip`, `user`, `method`, `path`, or a map of one entry:

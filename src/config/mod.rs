@@ -480,6 +480,32 @@ pub struct LimitConfig {
     pub share: Option<String>,
     /// `exempt:`: requests this limit does not count.
     pub exempt: ExemptConfig,
+    /// Where a request's plan comes from (`limit_from`), if plans are used.
+    pub limit_from: Option<PlanSource>,
+    /// Plan name → its limit (`plans`); a missing or unknown plan gets `limit`.
+    pub plans: Vec<(String, u64)>,
+    /// Limits for specific key values (`overrides`), first match wins; they
+    /// take precedence over plans.
+    pub overrides: Vec<Override>,
+}
+
+/// Where a request's plan name comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanSource {
+    /// A verified JWT claim.
+    Claim(String),
+    /// A request header (lower-case name), believed from trusted proxies only.
+    Header(String),
+}
+
+/// One `overrides` entry: requests whose key parts have these raw values get
+/// this limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// Key parts of the limit, each with the value a request must carry.
+    pub parts: Vec<(KeyPart, String)>,
+    /// The limit (a plan's number when written as `plan:`).
+    pub limit: u64,
 }
 
 impl LimitConfig {
@@ -524,6 +550,19 @@ impl LimitConfig {
         }
         if !self.exempt.is_empty() {
             notes.push(format!("exempt {}", self.exempt.describe()));
+        }
+        if let Some(source) = &self.limit_from {
+            let plans: Vec<String> = self.plans.iter().map(|(n, l)| format!("{n}={l}")).collect();
+            let from = match source {
+                PlanSource::Claim(c) => format!("claim {c}"),
+                PlanSource::Header(h) => format!("header {h}"),
+            };
+            notes.push(format!("plans {} by {from}", plans.join(" ")));
+        }
+        if !self.overrides.is_empty() {
+            // Counts and numbers only: matched values may be API keys.
+            let limits: Vec<String> = self.overrides.iter().map(|o| o.limit.to_string()).collect();
+            notes.push(format!("overrides {}", limits.join(" ")));
         }
         format!("{rate} ({})", notes.join(", "))
     }

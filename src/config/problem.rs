@@ -181,6 +181,37 @@ pub enum ProblemKind {
     /// Not a CIDR or an IP.
     #[error("`{0}` is not a CIDR (such as 10.0.0.0/8) or an IP address")]
     BadCidr(String),
+    /// `plans` without `limit_from`, or the reverse.
+    #[error("`{0}` needs `{1}`")]
+    Needs(&'static str, &'static str),
+    /// An override or plan naming a plan `plans` does not list.
+    #[error("unknown plan `{name}` (plans: {})", list_or_none(.known))]
+    UnknownPlan {
+        /// As written.
+        name: String,
+        /// The plans listed.
+        known: Vec<String>,
+    },
+    /// An override matching a part that is not in the limit's key.
+    #[error("`{part}` is not a part of this limit's key ({})", list_or_none(.key))]
+    OverridePartNotInKey {
+        /// As written.
+        part: String,
+        /// The key's parts, named as `match` names them.
+        key: Vec<String>,
+    },
+    /// An override with neither or both of `limit` and `plan`.
+    #[error("an override sets either `limit` or `plan`")]
+    OverrideLimitOrPlan,
+    /// An override that matches everything.
+    #[error("an override's `match` names at least one key part")]
+    EmptyOverrideMatch,
+    /// `limit_from: {claim}` without a verified token.
+    #[error("`limit_from: {{claim: ...}}` needs `identity.jwt`: claims are believed only from a verified token")]
+    PlanClaimWithoutJwt,
+    /// `limit_from: {header}` that is never believed.
+    #[error("a plan header is believed only from `client_ip.trusted_proxies`, and none is set: every request gets the default limit")]
+    PlanHeaderWithoutTrustedProxies,
     /// An exemption criterion with nothing to match.
     #[error("`{0}` lists no values: it would exempt nothing")]
     NoExemptValues(String),

@@ -531,3 +531,61 @@ fn exemptions_are_checked_where_they_are_written() {
         config.warnings
     );
 }
+
+#[test]
+fn plans_and_overrides_are_checked() {
+    let jwt = "identity:\n  jwt: { algorithms: [HS256], secret_env: TEST_ONLY_JWT_SECRET }\n";
+    let limit = |extra: &str| {
+        format!("{jwt}routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [user, {{header: X-Key}}], limit: 10, window: 1m{extra} }}\n")
+    };
+    let load_jwt = |text: &str| {
+        Config::from_text(Path::new("test.yaml"), text, |name| {
+            (name == "TEST_ONLY_JWT_SECRET").then(|| "s".repeat(32))
+        })
+    };
+    let good = limit(", limit_from: {claim: plan}, plans: {free: 10, pro: 100}, overrides: [{match: {user: acme, header.X-Key: k1}, limit: 500}, {match: {user: initech}, plan: pro}]");
+    let config = load_jwt(&good).unwrap();
+    let l = &config.routes[0].limits[0];
+    assert_eq!(l.limit_from, Some(PlanSource::Claim("plan".into())));
+    assert_eq!(
+        l.plans,
+        [("free".to_string(), 10), ("pro".to_string(), 100)]
+    );
+    assert_eq!(l.overrides[0].limit, 500);
+    assert!(l.overrides[0]
+        .parts
+        .contains(&(KeyPart::Header("x-key".into()), "k1".into())));
+    assert_eq!(l.overrides[1].limit, 100);
+    assert!(
+        l.describe().contains("plans free=10 pro=100 by claim plan"),
+        "{}",
+        l.describe()
+    );
+
+    let cases = [
+        (", overrides: [{match: {user: a}, plan: gold}]", "unknown plan `gold` (plans: none)"),
+        (", limit_from: {claim: plan}, plans: {free: 1}, overrides: [{match: {user: a}, plan: gold}]", "unknown plan `gold` (plans: free)"),
+        (", overrides: [{match: {ip: 1.2.3.4}, limit: 5}]", "`ip` is not a part of this limit's key (user, header.x-key)"),
+        (", overrides: [{match: {}, limit: 5}]", "an override's `match` names at least one key part"),
+        (", overrides: [{match: {user: a}}]", "an override sets either `limit` or `plan`"),
+        (", overrides: [{match: {user: a}, limit: 0}]", "`limit` must be at least 1"),
+        (", plans: {free: 1}", "`plans` needs `limit_from`"),
+        (", limit_from: {claim: plan}", "`limit_from` needs `plans`"),
+        (", limit_from: {claim: plan, header: x}, plans: {a: 1}", "`limit_from` names either `claim` or `header`"),
+        (", cost: 5, limit_from: {claim: plan}, plans: {tiny: 2}", "cost"),
+    ];
+    for (extra, want) in cases {
+        let err = load_jwt(&limit(extra)).expect_err(extra).to_string();
+        assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
+    }
+    // A claim needs a verified token.
+    let no_jwt = "routes:\n  - name: r\n    respond: {}\n    limits:\n      - { name: l, key: [ip], limit: 1, window: 1s, limit_from: {claim: plan}, plans: {a: 2} }\n";
+    assert!(error_of(no_jwt).contains("`limit_from: {claim: ...}` needs `identity.jwt`"));
+    // A header with no trusted proxy is never believed: a warning.
+    let header = "routes:\n  - name: r\n    respond: {}\n    limits:\n      - { name: l, key: [ip], limit: 1, window: 1s, limit_from: {header: x-plan}, plans: {a: 2} }\n";
+    let config = load(header).unwrap();
+    assert!(config
+        .warnings
+        .iter()
+        .any(|w| w.contains("every request gets the default limit")));
+}

@@ -89,7 +89,7 @@ fn the_longest_denial_names_the_rejection_and_headers_come_most_restrictive_firs
         .report
         .rate
         .iter()
-        .map(|(i, _)| route.limits[*i].config.name.as_str())
+        .map(|e| route.limits[e.limit].config.name.as_str())
         .collect();
     assert_eq!(order, ["burst", "daily"]);
 

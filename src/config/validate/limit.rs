@@ -5,7 +5,7 @@ use super::super::defaults::limit as defaults;
 use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
-use super::super::{format_duration, Algorithm, KeyPart, LimitConfig};
+use super::super::{format_duration, Algorithm, KeyPart, LimitConfig, Override, PlanSource};
 use super::server::check_between;
 use std::time::Duration;
 
@@ -59,6 +59,7 @@ pub(super) fn limit(
     if let Some(share) = &f.share {
         c.name(&path.key("share"), share, "share");
     }
+    let (limit_from, plans, overrides) = plans_and_overrides(c, path, f, &key, cost, kind);
     LimitConfig {
         name: f.name.clone(),
         key,
@@ -70,6 +71,117 @@ pub(super) fn limit(
         shadow: f.shadow,
         share: f.share.clone(),
         exempt: super::exempt::exempt(c, &path.key("exempt"), f.exempt.as_ref()),
+        limit_from,
+        plans,
+        overrides,
+    }
+}
+
+/// `limit_from`, `plans` and `overrides`: the limit a request gets, by its
+/// plan or its key values. Every number is checked as `limit` is.
+fn plans_and_overrides(
+    c: &mut Checker,
+    path: &KeyPath,
+    f: &LimitFile,
+    key: &[KeyPart],
+    cost: u64,
+    kind: AlgorithmFile,
+) -> (Option<PlanSource>, Vec<(String, u64)>, Vec<Override>) {
+    let check_number = |c: &mut Checker, at: &KeyPath, n: u64| {
+        if n == 0 {
+            c.problem(at, ProblemKind::ZeroLimit);
+        } else if cost > n && kind != AlgorithmFile::TokenBucket {
+            c.problem(at, ProblemKind::CostOverLimit { cost, limit: n });
+        }
+    };
+    let limit_from = f.limit_from.as_ref().and_then(|from| {
+        let at = path.key("limit_from");
+        match (&from.claim, &from.header) {
+            (Some(claim), None) if !claim.is_empty() => Some(PlanSource::Claim(claim.clone())),
+            (None, Some(header)) => {
+                c.header_name(&at.key("header"), header);
+                Some(PlanSource::Header(header.to_ascii_lowercase()))
+            }
+            (Some(_), Some(_)) => {
+                let (owner, a, b) = ("`limit_from` names", "claim", "header");
+                c.problem(&at, ProblemKind::NotBoth { owner, a, b });
+                None
+            }
+            _ => {
+                let (owner, a, b) = ("`limit_from`".to_string(), "claim", "header");
+                c.problem(&at, ProblemKind::NeedsEither { owner, a, b });
+                None
+            }
+        }
+    });
+    let mut plans = Vec::new();
+    for (name, &n) in f.plans.iter().flatten() {
+        check_number(c, &path.key("plans").key(name), n);
+        plans.push((name.clone(), n));
+    }
+    match (f.limit_from.is_some(), f.plans.is_some()) {
+        (true, false) => c.problem(
+            &path.key("limit_from"),
+            ProblemKind::Needs("limit_from", "plans"),
+        ),
+        (false, true) => c.problem(
+            &path.key("plans"),
+            ProblemKind::Needs("plans", "limit_from"),
+        ),
+        _ => {}
+    }
+    let mut overrides = Vec::new();
+    for (i, o) in f.overrides.iter().flatten().enumerate() {
+        let at = path.key("overrides").index(i);
+        let limit = match (o.limit, &o.plan) {
+            (Some(n), None) => {
+                check_number(c, &at.key("limit"), n);
+                n
+            }
+            (None, Some(plan)) => match plans.iter().find(|(name, _)| name == plan) {
+                Some((_, n)) => *n,
+                None => {
+                    let known = plans.iter().map(|(name, _)| name.clone()).collect();
+                    let kind = ProblemKind::UnknownPlan {
+                        name: plan.clone(),
+                        known,
+                    };
+                    c.problem(&at.key("plan"), kind);
+                    1
+                }
+            },
+            _ => {
+                c.problem(&at, ProblemKind::OverrideLimitOrPlan);
+                1
+            }
+        };
+        if o.matcher.is_empty() {
+            c.problem(&at.key("match"), ProblemKind::EmptyOverrideMatch);
+        }
+        let mut parts = Vec::new();
+        for (label, value) in &o.matcher {
+            match key.iter().find(|part| part.label() == match_label(label)) {
+                Some(part) => parts.push((part.clone(), value.clone())),
+                None => {
+                    let kind = ProblemKind::OverridePartNotInKey {
+                        part: label.clone(),
+                        key: key.iter().map(KeyPart::label).collect(),
+                    };
+                    c.problem(&at.key("match").key(label), kind);
+                }
+            }
+        }
+        overrides.push(Override { parts, limit });
+    }
+    (limit_from, plans, overrides)
+}
+
+/// How `match` names a part: `header.X-Api-Key` is `header.x-api-key`
+/// (header names are case-insensitive; the rest is as written).
+fn match_label(label: &str) -> String {
+    match label.strip_prefix("header.") {
+        Some(name) => format!("header.{}", name.to_ascii_lowercase()),
+        None => label.to_string(),
     }
 }
 

@@ -15,7 +15,7 @@ use super::checker::Checker;
 use super::file::FileConfig;
 use super::position::PositionIndex;
 use super::problem::{KeyPath, ProblemKind};
-use super::{Config, IdentityConfig, KeyPart, Problem, RouteConfig};
+use super::{Config, IdentityConfig, KeyPart, PlanSource, Problem, RouteConfig};
 
 /// Validates `file`; on success also returns the warnings.
 pub(super) fn validate(
@@ -46,8 +46,18 @@ pub(super) fn validate(
         let at = route_path(r).key("exempt");
         exempt::check_sources(&mut c, &at, &route.exempt, &identity, trusted);
         for (l, limit) in route.limits.iter().enumerate() {
-            let at = route::limit_path(r, l).key("exempt");
-            exempt::check_sources(&mut c, &at, &limit.exempt, &identity, trusted);
+            let at = route::limit_path(r, l);
+            exempt::check_sources(&mut c, &at.key("exempt"), &limit.exempt, &identity, trusted);
+            let at = at.key("limit_from");
+            match &limit.limit_from {
+                Some(PlanSource::Claim(_)) if !matches!(identity, IdentityConfig::Jwt(_)) => {
+                    c.problem(&at, ProblemKind::PlanClaimWithoutJwt);
+                }
+                Some(PlanSource::Header(_)) if !trusted => {
+                    c.warning(&at, ProblemKind::PlanHeaderWithoutTrustedProxies);
+                }
+                _ => {}
+            }
         }
     }
     if !c.problems.is_empty() {
