@@ -129,6 +129,7 @@ fn check(key: &str) -> LimitCheck<'_> {
         cost: 1,
         algorithm: Algorithm::SlidingWindow { buckets: 10 },
         shadow: false,
+        block: Duration::ZERO,
     }
 }
 

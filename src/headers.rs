@@ -91,6 +91,7 @@ mod tests {
             limit_from: None,
             plans: Vec::new(),
             overrides: Vec::new(),
+            block_for: Duration::ZERO,
         }
     }
 

@@ -547,6 +547,7 @@ fn checks<'k>(route: &CompiledRoute, keys: &'k [Keyed]) -> Vec<LimitCheck<'k>> {
                 cost: c.cost,
                 algorithm,
                 shadow: c.shadow,
+                block: c.block_for,
             }
         })
         .collect()

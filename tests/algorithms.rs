@@ -151,6 +151,7 @@ fn sliding_window_stays_within_its_bound() {
                 cost: 1,
                 algorithm,
                 shadow: false,
+                block: Duration::ZERO,
             };
             if limiter.decide(&[check], &format!("m{i}"))[0].allowed {
                 admitted.push(t);

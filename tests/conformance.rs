@@ -47,6 +47,7 @@ fn check(key: &str, algorithm: Algorithm, limit: u64, cost: u64) -> LimitCheck<'
         cost,
         algorithm,
         shadow: false,
+        block: Duration::ZERO,
     }
 }
 

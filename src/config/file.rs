@@ -241,6 +241,8 @@ pub struct LimitFile {
     pub plans: Option<BTreeMap<String, u64>>,
     /// Limits for specific key values.
     pub overrides: Option<Vec<OverrideFile>>,
+    /// The penalty box after a denial.
+    pub block_for: Option<String>,
 }
 
 /// `limits[].limit_from`.

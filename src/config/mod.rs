@@ -487,6 +487,9 @@ pub struct LimitConfig {
     /// Limits for specific key values (`overrides`), first match wins; they
     /// take precedence over plans.
     pub overrides: Vec<Override>,
+    /// The penalty box (`block_for`): a key this limit denies stays denied
+    /// this long. Zero: none.
+    pub block_for: Duration,
 }
 
 /// Where a request's plan name comes from.
@@ -547,6 +550,9 @@ impl LimitConfig {
         }
         if self.shadow {
             notes.push("shadow".into());
+        }
+        if !self.block_for.is_zero() {
+            notes.push(format!("block_for {}", format_duration(self.block_for)));
         }
         if !self.exempt.is_empty() {
             notes.push(format!("exempt {}", self.exempt.describe()));

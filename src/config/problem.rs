@@ -200,6 +200,9 @@ pub enum ProblemKind {
         /// The key's parts, named as `match` names them.
         key: Vec<String>,
     },
+    /// `block_for` where no denial can start it.
+    #[error("`block_for` needs an enforced, timed limit: {0}")]
+    BlockForNever(&'static str),
     /// An override with neither or both of `limit` and `plan`.
     #[error("an override sets either `limit` or `plan`")]
     OverrideLimitOrPlan,

@@ -589,3 +589,39 @@ fn plans_and_overrides_are_checked() {
         .iter()
         .any(|w| w.contains("every request gets the default limit")));
 }
+
+#[test]
+fn block_for_needs_a_timed_enforced_limit() {
+    let limit = |extra: &str| {
+        format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 2{extra} }}\n")
+    };
+    let config = load(&limit(", window: 1m, block_for: 10m")).unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].block_for,
+        Duration::from_secs(600)
+    );
+    assert!(config.routes[0].limits[0]
+        .describe()
+        .contains("block_for 10m"));
+    for (extra, want) in [
+        (
+            ", window: 1m, block_for: 0s",
+            "`block_for` must be at least 1ms",
+        ),
+        (
+            ", window: 1m, block_for: 400d",
+            "`block_for` must be at most 366d",
+        ),
+        (
+            ", window: 1m, shadow: true, block_for: 1m",
+            "a shadow limit never denies",
+        ),
+        (
+            ", algorithm: concurrency, block_for: 1m",
+            "a concurrency denial ends when a request does",
+        ),
+    ] {
+        let err = error_of(&limit(extra));
+        assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
+    }
+}

@@ -304,6 +304,7 @@ impl ClusterLimiter {
                     cost: t.cost,
                     algorithm: t.algorithm,
                     shadow: t.shadow,
+                    block: t.block,
                 };
                 let deadline = Instant::now() + CONNECT_TIMEOUT;
                 let mode = Mode::Refund { taken_us: t.at_us };
@@ -359,6 +360,7 @@ impl ClusterLimiter {
                             cost: check.cost,
                             algorithm: check.algorithm,
                             shadow: check.shadow,
+                            block: check.block,
                             at_us: now,
                         });
                     } else if !check.shadow {
@@ -401,6 +403,7 @@ struct Taken {
     cost: u64,
     algorithm: super::Algorithm,
     shadow: bool,
+    block: Duration,
     at_us: i64,
 }
 

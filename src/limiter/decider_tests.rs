@@ -87,6 +87,7 @@ fn check(key: &str, limit: u64) -> LimitCheck<'_> {
         cost: 1,
         algorithm: Algorithm::SlidingLog,
         shadow: false,
+        block: Duration::ZERO,
     }
 }
 

@@ -150,6 +150,7 @@ mod tests {
             cost: 1,
             algorithm: crate::config::Algorithm::SlidingLog,
             shadow: false,
+            block: Duration::ZERO,
         }
     }
 

@@ -37,6 +37,9 @@ pub struct LimitCheck<'a> {
     pub algorithm: Algorithm,
     /// Counts and reports but never denies the request.
     pub shadow: bool,
+    /// The penalty box (`block_for`): once this limit denies the key, it
+    /// denies it this long whatever the count. Zero: none.
+    pub block: Duration,
 }
 
 /// The state of one limit after a decision.
@@ -58,8 +61,9 @@ impl Decision {
     /// parameters before a reload, or by something other than sluice): a
     /// window (`sliding_window`: a window and one sub-window); `token_bucket`:
     /// `burst` refill intervals until full, `cost` of them until admitted;
-    /// `concurrency`: one `lease`, and a retry of at most a second. The
-    /// backends already keep within these bounds; this is the last guard.
+    /// `concurrency`: one `lease`, and a retry of at most a second; or the
+    /// penalty box, when it is longer. The backends already keep within
+    /// these bounds; this is the last guard.
     pub fn bounded(self, check: &LimitCheck<'_>) -> Self {
         let window = check.window;
         let (reset, retry) = match check.algorithm {
@@ -76,6 +80,8 @@ impl Decision {
             }
             Algorithm::Concurrency { lease } => (lease, Duration::from_secs(1)),
         };
+        // A penalty box (`block_for`) holds the key that long.
+        let (reset, retry) = (reset.max(check.block), retry.max(check.block));
         Self {
             reset: self.reset.min(reset),
             retry_after: self.retry_after.min(retry),
@@ -497,6 +503,7 @@ mod tests {
             cost: 1,
             algorithm,
             shadow: false,
+            block: Duration::ZERO,
         }
     }
 

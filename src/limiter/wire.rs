@@ -173,7 +173,13 @@ pub(super) fn push_args(
         sink.push(check.window.as_micros() as u64);
         sink.push(check.cost);
         sink.push(param);
-        sink.push(u8::from(check.shadow));
+        // The mode: -1 shadow, else the penalty box in µs (0: none).
+        let mode: i64 = if check.shadow {
+            -1
+        } else {
+            check.block.as_micros().min(i64::MAX as u128) as i64
+        };
+        sink.push(mode);
     }
 }
 
@@ -382,6 +388,7 @@ mod tests {
                 cost: 1,
                 algorithm,
                 shadow: false,
+                block: Duration::ZERO,
             };
             let mut args: Vec<Vec<u8>> = Vec::new();
             push_args(&mut args, &[check], "m-1", Mode::Take);
@@ -402,6 +409,7 @@ mod tests {
                 lease: Duration::from_secs(30),
             },
             shadow: false,
+            block: Duration::ZERO,
         };
         let mut args: Vec<Vec<u8>> = Vec::new();
         push_args(&mut args, &[check], "m-1", Mode::Take);

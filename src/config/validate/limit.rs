@@ -60,6 +60,7 @@ pub(super) fn limit(
         c.name(&path.key("share"), share, "share");
     }
     let (limit_from, plans, overrides) = plans_and_overrides(c, path, f, &key, cost, kind);
+    let block_for = block_for(c, path, f, kind);
     LimitConfig {
         name: f.name.clone(),
         key,
@@ -74,7 +75,41 @@ pub(super) fn limit(
         limit_from,
         plans,
         overrides,
+        block_for,
     }
+}
+
+/// `block_for`: 1ms … 366d, on an enforced limit whose denials end in time.
+fn block_for(c: &mut Checker, path: &KeyPath, f: &LimitFile, kind: AlgorithmFile) -> Duration {
+    let Some(text) = &f.block_for else {
+        return Duration::ZERO;
+    };
+    let at = path.key("block_for");
+    let block = c.duration(&at, Some(text), Duration::ZERO);
+    if block < Duration::from_millis(1) {
+        let kind = ProblemKind::AtLeast {
+            key: "block_for",
+            min: "1ms",
+        };
+        c.problem(&at, kind);
+    } else if block > MAX_WINDOW {
+        let kind = ProblemKind::AtMost {
+            key: "block_for",
+            max: "366d",
+        };
+        c.problem(&at, kind);
+    }
+    if f.shadow {
+        c.problem(
+            &at,
+            ProblemKind::BlockForNever("a shadow limit never denies"),
+        );
+    }
+    if kind == AlgorithmFile::Concurrency {
+        let why = "a concurrency denial ends when a request does, not in time";
+        c.problem(&at, ProblemKind::BlockForNever(why));
+    }
+    block
 }
 
 /// `limit_from`, `plans` and `overrides`: the limit a request gets, by its

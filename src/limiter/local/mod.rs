@@ -98,6 +98,8 @@ pub(super) trait Counter: Send {
 struct Slot {
     algorithm: Algorithm,
     counter: Box<dyn Counter>,
+    /// The key is in its penalty box (`block_for`) until then (µs).
+    boxed_until: u64,
 }
 
 impl Slot {
@@ -109,7 +111,11 @@ impl Slot {
             Algorithm::TokenBucket { .. } => Box::<token_bucket::TokenBucket>::default(),
             Algorithm::Concurrency { .. } => Box::<concurrency::Concurrency>::default(),
         };
-        Self { algorithm, counter }
+        Self {
+            algorithm,
+            counter,
+            boxed_until: 0,
+        }
     }
 }
 
@@ -168,7 +174,8 @@ impl<C: Clock> LocalLimiter<C> {
             if slot.algorithm != check.algorithm {
                 *slot = Slot::new(check.algorithm);
             }
-            let ok = slot.counter.peek(now, &Params::of(check));
+            let boxed = !check.block.is_zero() && slot.boxed_until > now;
+            let ok = !boxed && slot.counter.peek(now, &Params::of(check));
             admit &= ok || check.shadow;
             fits.push(ok);
         }
@@ -196,8 +203,23 @@ impl<C: Clock> LocalLimiter<C> {
                         reset: micros(reset),
                         retry_after: Duration::ZERO,
                     }
+                } else if !check.block.is_zero() && slot.boxed_until > now {
+                    let left = micros(slot.boxed_until - now);
+                    Decision {
+                        allowed: false,
+                        remaining: 0,
+                        reset: left,
+                        retry_after: left,
+                    }
                 } else {
-                    let (remaining, reset, retry) = slot.counter.report(now, &p);
+                    let (remaining, mut reset, mut retry) = slot.counter.report(now, &p);
+                    if !ok && !check.block.is_zero() {
+                        // This limit denied the key: into the penalty box.
+                        let block = micros_of(check.block);
+                        slot.boxed_until = now.saturating_add(block);
+                        reset = reset.max(block);
+                        retry = retry.max(block);
+                    }
                     Decision {
                         allowed: ok,
                         remaining,
@@ -241,7 +263,7 @@ fn make_room(shard: &mut Shard, capacity: usize, now: u64) {
     if shard.len() < capacity {
         return;
     }
-    shard.retain(|_, slot| !slot.counter.is_idle(now));
+    shard.retain(|_, slot| !slot.counter.is_idle(now) || slot.boxed_until > now);
     if shard.len() >= capacity {
         let excess = shard.len() + 1 - capacity;
         let drop = excess.max(capacity / 10).max(1);
@@ -288,7 +310,33 @@ mod tests {
             cost: 1,
             algorithm: Algorithm::SlidingLog,
             shadow: false,
+            block: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn a_denied_key_stays_in_its_penalty_box() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let boxed = LimitCheck {
+            block: Duration::from_secs(60),
+            ..check("b", 2, 1_000)
+        };
+        clock.set_ms(1_000);
+        assert!(limiter.decide(&[boxed], "m1")[0].allowed);
+        assert!(limiter.decide(&[boxed], "m2")[0].allowed);
+        let denied = limiter.decide(&[boxed], "m3")[0];
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, Duration::from_secs(60));
+        // The window has long freed, the box has not.
+        clock.set_ms(31_000);
+        let still = limiter.decide(&[boxed], "m4")[0];
+        assert!(!still.allowed);
+        assert_eq!(still.retry_after, Duration::from_secs(30));
+        // A limit without a box on the same key pattern is not affected.
+        assert!(limiter.decide(&[check("other", 2, 1_000)], "m5")[0].allowed);
+        clock.set_ms(61_000);
+        assert!(limiter.decide(&[boxed], "m6")[0].allowed, "the box ended");
     }
 
     #[test]
@@ -358,6 +406,7 @@ mod tests {
             cost: 3,
             algorithm: Algorithm::SlidingLog,
             shadow: false,
+            block: Duration::ZERO,
         };
         assert!(limiter.decide(&[c], "m")[0].allowed);
         let second = limiter.decide(&[c], "m")[0];

@@ -5,9 +5,12 @@
 -- ARGV[1]: unique member for this request (gateway instance id + sequence).
 -- ARGV[2]: 'take' to decide, 'refund' to give back what ARGV[1] took at time
 --          ARGV[3] (cluster refunds, and releasing concurrency leases).
--- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, shadow of
+-- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, mode of
 --          limit i. param: buckets (sliding_window), burst (token_bucket),
---          lease µs (concurrency). shadow = 1: counts and reports, never denies.
+--          lease µs (concurrency). mode: -1 = shadow (counts and reports,
+--          never denies); 0 = enforced; b > 0 = enforced with a penalty box
+--          of b µs (`block_for`): once this limit denies the key, it denies
+--          it for b µs whatever the count, held at KEYS[i] .. '!b'.
 --
 -- A batch of decisions (concurrent requests of one gateway, in one call):
 -- ARGV[1] = '*' (never a member), ARGV[2] = the number of decisions; then, per
@@ -77,7 +80,12 @@ end
 -- Tables reused from one decision to the next (decisions run one at a time
 -- and every field is written before it is read): a batch of 64 decisions
 -- would otherwise allocate a few hundred small tables for the collector.
-local limit_pool, fit_pool, state_pool = {}, {}, {}
+local limit_pool, fit_pool, state_pool, boxed_pool = {}, {}, {}, {}
+
+-- The penalty box of `key`: its own key, in the same slot (after the tag).
+local function box_of(key)
+  return key .. '!b'
+end
 
 -- One decision over KEYS[ko + 1 .. ko + n], its arguments from ARGV[o + 1].
 local function decide(ko, n, o)
@@ -95,7 +103,9 @@ local function decide(ko, n, o)
     a.window = tonumber(call_args[b + 2])
     a.cost = tonumber(call_args[b + 3])
     a.param = tonumber(call_args[b + 4])
-    a.shadow = call_args[b + 5] == '1'
+    local mode = tonumber(call_args[b + 5])
+    a.shadow = mode < 0
+    a.block = mode > 0 and mode or 0
   end
 
   if call_args[o + 2] == 'refund' then
@@ -108,10 +118,23 @@ local function decide(ko, n, o)
 
   local fits = fit_pool
   local states = state_pool
+  local boxed = boxed_pool
   local admit = 1
   for i = 1, n do
-    fits[i], states[i] = peek(call_keys[ko + i], limits[i])
-    if not fits[i] and not limits[i].shadow then
+    local a = limits[i]
+    boxed[i] = 0
+    if a.block > 0 then
+      local left = redis.call('PTTL', box_of(call_keys[ko + i]))
+      if left > 0 then
+        boxed[i] = left * 1000
+      end
+    end
+    if boxed[i] > 0 then
+      fits[i] = false
+    else
+      fits[i], states[i] = peek(call_keys[ko + i], a)
+    end
+    if not fits[i] and not a.shadow then
       admit = 0
     end
   end
@@ -121,11 +144,19 @@ local function decide(ko, n, o)
     local a = limits[i]
     local key = call_keys[ko + i]
     local remaining, reset, retry
-    if admit == 1 and fits[i] then
+    if boxed[i] > 0 then
+      remaining, reset, retry = 0, boxed[i], boxed[i]
+    elseif admit == 1 and fits[i] then
       remaining, reset = a.algorithm.take(key, now, a, states[i], member)
       retry = 0
     else
       remaining, reset, retry = a.algorithm.report(key, now, a, states[i])
+      if not fits[i] and a.block > 0 then
+        -- This limit denied the key: into the penalty box.
+        redis.call('SET', box_of(key), '1', 'PX', math.ceil(a.block / 1000))
+        retry = math.max(retry, a.block)
+        reset = math.max(reset, a.block)
+      end
     end
     out[#out + 1] = fits[i] and 1 or 0
     out[#out + 1] = remaining
