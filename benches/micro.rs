@@ -130,6 +130,7 @@ fn check(key: &str) -> LimitCheck<'_> {
         algorithm: Algorithm::SlidingWindow { buckets: 10 },
         shadow: false,
         block: Duration::ZERO,
+        deferred: false,
     }
 }
 

@@ -92,6 +92,8 @@ mod tests {
             plans: Vec::new(),
             overrides: Vec::new(),
             block_for: Duration::ZERO,
+            count_when: None,
+            cost_from: None,
         }
     }
 

@@ -223,10 +223,13 @@ pub struct Verdict {
     pub source: Source,
 }
 
-/// The concurrency leases an admitted request holds until it ends.
+/// What an admitted request holds until it ends: its concurrency leases,
+/// and its deferred limits (`count_when`, `cost_from`), which count once
+/// its response head is known.
 #[derive(Debug)]
 pub struct HeldLeases {
     keys: Vec<Keyed>,
+    deferred: Vec<Keyed>,
     outcome: Outcome,
 }
 
@@ -252,11 +255,72 @@ pub struct RateEntry {
 }
 
 impl HeldLeases {
-    /// Hands the leases back to the limiter that granted them.
-    pub async fn release(self, state: &GatewayState, route: &CompiledRoute) {
+    /// Hands the leases back to the limiter that granted them (and counts
+    /// the deferred limits by `status`, if that has not happened yet).
+    pub async fn release(mut self, state: &GatewayState, route: &CompiledRoute, status: u16) {
+        self.settle(state, route, status, &|_| None).await;
         let checks = checks(route, &self.keys);
         state.decider.release(&checks, &self.outcome).await;
     }
+
+    /// Counts the deferred limits for a response of `status` whose headers
+    /// `header` looks up (lower-case name): a `count_when` limit only when
+    /// the status matches; a `cost_from` limit the header's whole number
+    /// (its `cost` when the header is absent or not a number, nothing when
+    /// it is 0). Once: later calls do nothing.
+    pub async fn settle(
+        &mut self,
+        state: &GatewayState,
+        route: &CompiledRoute,
+        status: u16,
+        header: &(dyn Fn(&str) -> Option<Vec<u8>> + Sync),
+    ) {
+        let deferred = std::mem::take(&mut self.deferred);
+        let mut counted = Vec::with_capacity(deferred.len());
+        let mut costs = Vec::with_capacity(deferred.len());
+        for k in deferred {
+            let c = &route.limits[k.index].config;
+            if let Some(when) = &c.count_when {
+                if !when.iter().any(|m| m.matches(status)) {
+                    continue;
+                }
+            }
+            let cost = match &c.cost_from {
+                Some(name) => response_cost(header(name).as_deref()).unwrap_or(c.cost),
+                None => c.cost,
+            };
+            if cost > 0 {
+                counted.push(k);
+                costs.push(cost);
+            }
+        }
+        if counted.is_empty() {
+            return;
+        }
+        let mut checks = checks(route, &counted);
+        for (check, cost) in checks.iter_mut().zip(costs) {
+            check.cost = cost;
+        }
+        state.decider.record(&checks, &self.outcome).await;
+    }
+}
+
+/// The most units one response may report (`cost_from`): a header beyond it
+/// counts this much.
+pub const MAX_RESPONSE_COST: u64 = 1_000_000_000;
+
+/// A `cost_from` header's units: a whole number, capped at
+/// [`MAX_RESPONSE_COST`]; `None` when absent or not a number.
+fn response_cost(value: Option<&[u8]>) -> Option<u64> {
+    let text = std::str::from_utf8(value?).ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(
+        text.parse::<u64>()
+            .unwrap_or(MAX_RESPONSE_COST)
+            .min(MAX_RESPONSE_COST),
+    )
 }
 
 /// What the limits said about a request, whatever its outcome.
@@ -548,6 +612,7 @@ fn checks<'k>(route: &CompiledRoute, keys: &'k [Keyed]) -> Vec<LimitCheck<'k>> {
                 algorithm,
                 shadow: c.shadow,
                 block: c.block_for,
+                deferred: c.deferred(),
             }
         })
         .collect()
@@ -635,14 +700,18 @@ fn held_leases(route: &CompiledRoute, keys: Vec<Keyed>, outcome: Outcome) -> Opt
             Algorithm::Concurrency { .. }
         )
     };
-    let held: Vec<Keyed> = keys
-        .into_iter()
-        .zip(&outcome.decisions)
-        .filter(|(k, d)| d.allowed && is_lease(k.index))
-        .map(|(entry, _)| entry)
-        .collect();
-    (!held.is_empty()).then_some(HeldLeases {
+    let mut held = Vec::new();
+    let mut deferred = Vec::new();
+    for (k, d) in keys.into_iter().zip(&outcome.decisions) {
+        if d.allowed && is_lease(k.index) {
+            held.push(k);
+        } else if route.limits[k.index].config.deferred() {
+            deferred.push(k);
+        }
+    }
+    (!held.is_empty() || !deferred.is_empty()).then_some(HeldLeases {
         keys: held,
+        deferred,
         outcome,
     })
 }

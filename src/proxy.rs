@@ -186,6 +186,19 @@ impl ProxyHttp for Gateway {
         for (name, value) in policy::rate_headers(&ctx.state, ctx.route(), &ctx.rate) {
             upstream_response.insert_header(name, value)?;
         }
+        // Deferred limits count now that the response head is known.
+        let state = Arc::clone(&ctx.state);
+        let route = ctx.route.and_then(|i| state.compiled.get(i));
+        if let (Some(held), Some(route)) = (ctx.leases.as_mut(), route) {
+            let status = upstream_response.status.as_u16();
+            let header = |name: &str| {
+                upstream_response
+                    .headers
+                    .get(name)
+                    .map(|v| v.as_bytes().to_vec())
+            };
+            held.settle(&state, route, status, &header).await;
+        }
         Ok(())
     }
 
@@ -208,13 +221,13 @@ impl ProxyHttp for Gateway {
         }
         let leases = ctx.leases.take();
         let route = ctx.route();
-        if let (Some(leases), Some(route)) = (leases, route) {
-            leases.release(&ctx.state, route).await;
-        }
         let status = session
             .response_written()
             .map(|r| r.status.as_u16())
             .unwrap_or(0);
+        if let (Some(leases), Some(route)) = (leases, route) {
+            leases.release(&ctx.state, route, status).await;
+        }
         let code = http::StatusCode::from_u16(status).ok();
         let status_label = code.as_ref().map(|c| c.as_str()).unwrap_or("0");
         let (route_name, duration) = match route {

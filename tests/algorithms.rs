@@ -152,6 +152,7 @@ fn sliding_window_stays_within_its_bound() {
                 algorithm,
                 shadow: false,
                 block: Duration::ZERO,
+                deferred: false,
             };
             if limiter.decide(&[check], &format!("m{i}"))[0].allowed {
                 admitted.push(t);

@@ -48,6 +48,7 @@ fn check(key: &str, algorithm: Algorithm, limit: u64, cost: u64) -> LimitCheck<'
         algorithm,
         shadow: false,
         block: Duration::ZERO,
+        deferred: false,
     }
 }
 

@@ -243,6 +243,22 @@ pub struct LimitFile {
     pub overrides: Option<Vec<OverrideFile>>,
     /// The penalty box after a denial.
     pub block_for: Option<String>,
+    pub count_when: Option<CountWhenFile>,
+    pub cost_from: Option<CostFromFile>,
+}
+
+/// `limits[].count_when`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountWhenFile {
+    pub status: Vec<Value>,
+}
+
+/// `limits[].cost_from`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostFromFile {
+    pub response_header: String,
 }
 
 /// `limits[].limit_from`.

@@ -490,6 +490,39 @@ pub struct LimitConfig {
     /// The penalty box (`block_for`): a key this limit denies stays denied
     /// this long. Zero: none.
     pub block_for: Duration,
+    /// Count only responses with one of these statuses (`count_when`).
+    pub count_when: Option<Vec<StatusMatch>>,
+    /// Count the response header's number instead of `cost` (`cost_from`,
+    /// lower-case name).
+    pub cost_from: Option<String>,
+}
+
+/// One entry of `count_when.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusMatch {
+    /// Exactly this status.
+    Exact(u16),
+    /// A class: `4` for `4xx`.
+    Class(u16),
+}
+
+impl StatusMatch {
+    /// Whether `status` matches.
+    pub fn matches(self, status: u16) -> bool {
+        match self {
+            StatusMatch::Exact(s) => s == status,
+            StatusMatch::Class(c) => status / 100 == c,
+        }
+    }
+}
+
+impl LimitConfig {
+    /// Whether the response decides what this limit counts: the request is
+    /// checked before it is proxied and counted when its response head is
+    /// known (`count_when`, `cost_from`).
+    pub fn deferred(&self) -> bool {
+        self.count_when.is_some() || self.cost_from.is_some()
+    }
 }
 
 /// Where a request's plan name comes from.
@@ -550,6 +583,19 @@ impl LimitConfig {
         }
         if self.shadow {
             notes.push("shadow".into());
+        }
+        if let Some(when) = &self.count_when {
+            let statuses: Vec<String> = when
+                .iter()
+                .map(|m| match m {
+                    StatusMatch::Exact(s) => s.to_string(),
+                    StatusMatch::Class(c) => format!("{c}xx"),
+                })
+                .collect();
+            notes.push(format!("counts {}", statuses.join(" ")));
+        }
+        if let Some(header) = &self.cost_from {
+            notes.push(format!("cost from {header}"));
         }
         if !self.block_for.is_zero() {
             notes.push(format!("block_for {}", format_duration(self.block_for)));

@@ -200,6 +200,17 @@ pub enum ProblemKind {
         /// The key's parts, named as `match` names them.
         key: Vec<String>,
     },
+    /// A `count_when` status that is not one.
+    #[error("`{0}` is not a status (100–599) or a class (`4xx`, `5xx`)")]
+    BadStatusMatch(String),
+    /// `count_when` / `cost_from` where the response cannot decide.
+    #[error("`{key}` cannot apply to {why}")]
+    NotDeferrable {
+        /// The key.
+        key: &'static str,
+        /// Why not.
+        why: &'static str,
+    },
     /// `block_for` where no denial can start it.
     #[error("`block_for` needs an enforced, timed limit: {0}")]
     BlockForNever(&'static str),

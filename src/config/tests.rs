@@ -625,3 +625,60 @@ fn block_for_needs_a_timed_enforced_limit() {
         assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
     }
 }
+
+#[test]
+fn count_when_and_cost_from_are_checked() {
+    let limit = |extra: &str| {
+        format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 5{extra} }}\n")
+    };
+    let config = load(&limit(", window: 1m, count_when: {status: [401, \"5xx\", 429]}, cost_from: {response_header: X-Usage}")).unwrap();
+    let l = &config.routes[0].limits[0];
+    assert!(l.deferred());
+    let when = l.count_when.as_ref().unwrap();
+    assert!(when.iter().any(|m| m.matches(401)) && when.iter().any(|m| m.matches(502)));
+    assert!(!when.iter().any(|m| m.matches(200)) && !when.iter().any(|m| m.matches(403)));
+    assert_eq!(l.cost_from.as_deref(), Some("x-usage"));
+    assert!(
+        l.describe()
+            .contains("counts 401 5xx 429, cost from x-usage"),
+        "{}",
+        l.describe()
+    );
+    for (extra, want) in [
+        (
+            ", algorithm: concurrency, count_when: {status: [401]}",
+            "`count_when` cannot apply to a `concurrency` limit",
+        ),
+        (
+            ", algorithm: concurrency, cost_from: {response_header: x}",
+            "`cost_from` cannot apply to a `concurrency` limit",
+        ),
+        (
+            ", window: 1m, shadow: true, count_when: {status: [401]}",
+            "`count_when` cannot apply to a shadow limit",
+        ),
+        (
+            ", window: 1m, count_when: {status: [99]}",
+            "`99` is not a status",
+        ),
+        (
+            ", window: 1m, count_when: {status: [\"6xx\"]}",
+            "`6xx` is not a status",
+        ),
+        (
+            ", window: 1m, count_when: {status: []}",
+            "at least one status",
+        ),
+        (
+            ", window: 1m, cost_from: {response_header: \"a b\"}",
+            "`a b` is not a valid header name",
+        ),
+        (
+            ", window: 1m, cost_from: {header: x}",
+            "unknown field `header`",
+        ),
+    ] {
+        let err = error_of(&limit(extra));
+        assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
+    }
+}

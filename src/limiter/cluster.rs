@@ -305,6 +305,7 @@ impl ClusterLimiter {
                     algorithm: t.algorithm,
                     shadow: t.shadow,
                     block: t.block,
+                    deferred: t.deferred,
                 };
                 let deadline = Instant::now() + CONNECT_TIMEOUT;
                 let mode = Mode::Refund { taken_us: t.at_us };
@@ -361,6 +362,7 @@ impl ClusterLimiter {
                             algorithm: check.algorithm,
                             shadow: check.shadow,
                             block: check.block,
+                            deferred: check.deferred,
                             at_us: now,
                         });
                     } else if !check.shadow {
@@ -404,6 +406,7 @@ struct Taken {
     algorithm: super::Algorithm,
     shadow: bool,
     block: Duration,
+    deferred: bool,
     at_us: i64,
 }
 
@@ -467,6 +470,22 @@ impl Limiter for ClusterLimiter {
         for check in checks {
             self.call(&conn, check, member, Mode::Refund { taken_us: 0 }, deadline)
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// On the key's primary (per node, or routed per key).
+    async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        if let Some(limiter) = self.single_node(checks).and_then(|n| self.node_limiter(&n)) {
+            match limiter.record(checks, member).await {
+                Err(e) if is_misrouted(&e) => self.reload_slots_soon(),
+                other => return other,
+            }
+        }
+        let conn = self.current().ok_or(LimiterError::CircuitOpen)?;
+        let deadline = Instant::now() + self.budget;
+        for check in checks {
+            self.call(&conn, check, member, Mode::Add, deadline).await?;
         }
         Ok(())
     }

@@ -48,6 +48,10 @@ impl Limiter for Fake {
         Ok(())
     }
 
+    async fn record(&self, _: &[LimitCheck<'_>], _: &str) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
     fn is_healthy(&self) -> bool {
         !self.unhealthy.load(Ordering::Relaxed)
     }
@@ -88,6 +92,7 @@ fn check(key: &str, limit: u64) -> LimitCheck<'_> {
         algorithm: Algorithm::SlidingLog,
         shadow: false,
         block: Duration::ZERO,
+        deferred: false,
     }
 }
 

@@ -151,6 +151,7 @@ mod tests {
             algorithm: crate::config::Algorithm::SlidingLog,
             shadow: false,
             block: Duration::ZERO,
+            deferred: false,
         }
     }
 

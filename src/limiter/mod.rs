@@ -40,6 +40,9 @@ pub struct LimitCheck<'a> {
     /// The penalty box (`block_for`): once this limit denies the key, it
     /// denies it this long whatever the count. Zero: none.
     pub block: Duration,
+    /// Checked but not consumed: the response decides what is counted
+    /// (`count_when`, `cost_from`), with [`Limiter::record`].
+    pub deferred: bool,
 }
 
 /// The state of one limit after a decision.
@@ -168,6 +171,10 @@ pub trait Limiter: Send + Sync {
     /// Releases the `concurrency` leases `member` took on `checks` (the
     /// response ended). Leases not released expire by themselves.
     async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
+
+    /// Consumes each check's cost under `member` whatever the limit holds:
+    /// a deferred limit's counted response (its request was admitted).
+    async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
 
     /// Whether it is taken to be able to decide now: false while a remote
     /// backend's circuit is open (then it is not even called).
@@ -371,6 +378,27 @@ impl Decider {
         }
     }
 
+    /// Counts a deferred limit's response: consumes each check's cost under
+    /// the request's member, on the backend that admitted it. Best effort:
+    /// a failure is logged and the units are not counted (bounded by the
+    /// budget).
+    pub async fn record(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
+        if checks.is_empty() || !outcome.admitted {
+            return;
+        }
+        match outcome.source {
+            Source::Redis => {
+                if let Some(redis) = &self.redis {
+                    if let Err(e) = redis.record(checks, &outcome.member).await {
+                        log::warn!("a counted response could not be recorded in Redis: {e}");
+                    }
+                }
+            }
+            Source::Local => self.local.record(checks, &outcome.member),
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
+        }
+    }
+
     /// Decides `checks`. Never fails: a Redis failure becomes the `on_error`
     /// outcome. Bounded in time by the Redis timeout budget; answered without
     /// any I/O when the deny cache holds one of the keys.
@@ -504,6 +532,7 @@ mod tests {
             algorithm,
             shadow: false,
             block: Duration::ZERO,
+            deferred: false,
         }
     }
 

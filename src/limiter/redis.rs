@@ -680,6 +680,17 @@ impl Limiter for RedisLimiter {
             .map(|_| ())
     }
 
+    /// Bounded by the budget, like a decision.
+    async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        if self.circuit.is_open() {
+            return Err(LimiterError::CircuitOpen);
+        }
+        let deadline = Instant::now() + self.budget;
+        self.evaluate(checks, member, Mode::Add, deadline)
+            .await
+            .map(|_| ())
+    }
+
     /// False while the circuit is open (Redis found unhealthy, not called).
     fn is_healthy(&self) -> bool {
         !self.circuit.is_open()

@@ -99,6 +99,9 @@ pub(super) enum Mode {
         /// When the units were taken, in Redis microseconds.
         taken_us: i64,
     },
+    /// Consume each check's cost whatever the limit holds (a deferred
+    /// limit's counted response).
+    Add,
 }
 
 /// Something script arguments can be appended to.
@@ -165,6 +168,10 @@ pub(super) fn push_args(
             sink.push("refund");
             sink.push(taken_us);
         }
+        Mode::Add => {
+            sink.push("add");
+            sink.push(0);
+        }
     }
     for check in checks {
         let (code, param) = wire_code(check.algorithm);
@@ -173,12 +180,9 @@ pub(super) fn push_args(
         sink.push(check.window.as_micros() as u64);
         sink.push(check.cost);
         sink.push(param);
-        // The mode: -1 shadow, else the penalty box in µs (0: none).
-        let mode: i64 = if check.shadow {
-            -1
-        } else {
-            check.block.as_micros().min(i64::MAX as u128) as i64
-        };
+        // The mode: shadow + 2 deferred + 4 × the penalty box in µs.
+        let block = check.block.as_micros().min(1 << 50) as u64;
+        let mode = u64::from(check.shadow) + 2 * u64::from(check.deferred) + 4 * block;
         sink.push(mode);
     }
 }
@@ -389,6 +393,7 @@ mod tests {
                 algorithm,
                 shadow: false,
                 block: Duration::ZERO,
+                deferred: false,
             };
             let mut args: Vec<Vec<u8>> = Vec::new();
             push_args(&mut args, &[check], "m-1", Mode::Take);
@@ -410,6 +415,7 @@ mod tests {
             },
             shadow: false,
             block: Duration::ZERO,
+            deferred: false,
         };
         let mut args: Vec<Vec<u8>> = Vec::new();
         push_args(&mut args, &[check], "m-1", Mode::Take);

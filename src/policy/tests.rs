@@ -239,7 +239,7 @@ fn concurrency_leases_are_held_and_released() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    runtime.block_on(leases.release(&state, route));
+    runtime.block_on(leases.release(&state, route, 200));
     assert!(matches!(
         judge_now(&state, route, &req).step,
         Step::Proceed(Some(_))

@@ -164,7 +164,8 @@ impl Drop for RedisServer {
 
 /// An HTTP/1.1 upstream (keep-alive) that answers `200 upstream ok` and counts
 /// the requests it served. A path `/slow/MS...` is answered after MS ms;
-/// `/big/N` is answered with N bytes.
+/// `/big/N` is answered with N bytes; `/status/NNN...` with status NNN; a
+/// query with `tokens=N` gets an `X-Usage-Tokens: N` header.
 pub struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
@@ -326,8 +327,22 @@ fn serve_upstream_connection(
             }
             continue;
         }
-        let response =
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nupstream ok";
+        // `/status/NNN`: answered with that status; `tokens=N` in the query:
+        // an `X-Usage-Tokens: N` header (a usage-priced API).
+        let target = request_line.split_whitespace().nth(1).unwrap_or("/");
+        let status = target
+            .strip_prefix("/status/")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|code| code.parse::<u16>().ok())
+            .unwrap_or(200);
+        let tokens = target
+            .split_once('?')
+            .and_then(|(_, query)| query.split('&').find_map(|kv| kv.strip_prefix("tokens=")))
+            .map(|n| format!("X-Usage-Tokens: {n}\r\n"))
+            .unwrap_or_default();
+        let response = format!(
+            "HTTP/1.1 {status} Status\r\nContent-Type: text/plain\r\n{tokens}Content-Length: 11\r\n\r\nupstream ok"
+        );
         if writer.write_all(response.as_bytes()).is_err() {
             return;
         }

@@ -5,7 +5,9 @@ use super::super::defaults::limit as defaults;
 use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
-use super::super::{format_duration, Algorithm, KeyPart, LimitConfig, Override, PlanSource};
+use super::super::{
+    format_duration, Algorithm, KeyPart, LimitConfig, Override, PlanSource, StatusMatch,
+};
 use super::server::check_between;
 use std::time::Duration;
 
@@ -61,6 +63,7 @@ pub(super) fn limit(
     }
     let (limit_from, plans, overrides) = plans_and_overrides(c, path, f, &key, cost, kind);
     let block_for = block_for(c, path, f, kind);
+    let (count_when, cost_from) = deferred(c, path, f, kind);
     LimitConfig {
         name: f.name.clone(),
         key,
@@ -76,7 +79,76 @@ pub(super) fn limit(
         plans,
         overrides,
         block_for,
+        count_when,
+        cost_from,
     }
+}
+
+/// `count_when` and `cost_from`: what the response makes the limit count.
+fn deferred(
+    c: &mut Checker,
+    path: &KeyPath,
+    f: &LimitFile,
+    kind: AlgorithmFile,
+) -> (Option<Vec<StatusMatch>>, Option<String>) {
+    let count_when = f.count_when.as_ref().map(|when| {
+        let at = path.key("count_when").key("status");
+        if when.status.is_empty() {
+            let item = "status (401, \"5xx\")";
+            c.problem(
+                &at,
+                ProblemKind::NeedsOne {
+                    key: "status",
+                    item,
+                },
+            );
+        }
+        let mut statuses = Vec::new();
+        for (i, value) in when.status.iter().enumerate() {
+            let text = match value {
+                serde_yaml::Value::Number(n) => n.to_string(),
+                serde_yaml::Value::String(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            let class = text
+                .strip_suffix("xx")
+                .or_else(|| text.strip_suffix("XX"))
+                .and_then(|d| d.parse::<u16>().ok())
+                .filter(|d| (1..=5).contains(d));
+            match (class, text.parse::<u16>()) {
+                (Some(d), _) => statuses.push(StatusMatch::Class(d)),
+                (None, Ok(s)) if (100..=599).contains(&s) => statuses.push(StatusMatch::Exact(s)),
+                _ => c.problem(&at.index(i), ProblemKind::BadStatusMatch(text)),
+            }
+        }
+        statuses
+    });
+    let cost_from = f.cost_from.as_ref().map(|from| {
+        let at = path.key("cost_from").key("response_header");
+        c.header_name(&at, &from.response_header);
+        from.response_header.to_ascii_lowercase()
+    });
+    for (key, present) in [
+        ("count_when", count_when.is_some()),
+        ("cost_from", cost_from.is_some()),
+    ] {
+        if !present {
+            continue;
+        }
+        let why = if kind == AlgorithmFile::Concurrency {
+            Some("a `concurrency` limit (it counts requests in flight)")
+        } else if f.shadow {
+            Some("a shadow limit")
+        } else if f.share.is_some() {
+            Some("a shared counter (its other limits count at admission)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            c.problem(&path.key(key), ProblemKind::NotDeferrable { key, why });
+        }
+    }
+    (count_when, cost_from)
 }
 
 /// `block_for`: 1ms … 366d, on an enforced limit whose denials end in time.

@@ -195,7 +195,7 @@ impl<C: Clock> LocalLimiter<C> {
                         retry_after: Duration::ZERO,
                     };
                 };
-                if admit && ok {
+                if admit && ok && !check.deferred {
                     let (remaining, reset) = slot.counter.take(now, &p, member);
                     Decision {
                         allowed: true,
@@ -231,6 +231,29 @@ impl<C: Clock> LocalLimiter<C> {
             .collect()
     }
 
+    /// Consumes each check's cost under `member` whatever the limit holds
+    /// (a deferred limit's counted response).
+    pub fn record(&self, checks: &[LimitCheck<'_>], member: &str) {
+        let now = self.clock.now_us();
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
+        let capacity = self.slots.shard_capacity();
+        for (check, &g) in checks.iter().zip(&slots) {
+            let shard = &mut guards[g];
+            if !shard.contains_key(check.key) {
+                make_room(shard, capacity, now);
+            }
+            let slot = shard
+                .entry(check.key.to_string())
+                .or_insert_with(|| Slot::new(check.algorithm));
+            if slot.algorithm != check.algorithm {
+                *slot = Slot::new(check.algorithm);
+            }
+            let p = Params::of(check);
+            slot.counter.peek(now, &p);
+            slot.counter.take(now, &p, member);
+        }
+    }
+
     /// Releases the concurrency leases `member` holds on `checks`.
     pub fn release(&self, checks: &[LimitCheck<'_>], member: &str) {
         let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
@@ -255,6 +278,11 @@ impl<C: Clock> Limiter for LocalLimiter<C> {
 
     async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
         LocalLimiter::release(self, checks, member);
+        Ok(())
+    }
+
+    async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
+        LocalLimiter::record(self, checks, member);
         Ok(())
     }
 }
@@ -311,6 +339,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             shadow: false,
             block: Duration::ZERO,
+            deferred: false,
         }
     }
 
@@ -320,6 +349,7 @@ mod tests {
         let limiter = LocalLimiter::with_clock(100, clock.clone());
         let boxed = LimitCheck {
             block: Duration::from_secs(60),
+            deferred: false,
             ..check("b", 2, 1_000)
         };
         clock.set_ms(1_000);
@@ -407,6 +437,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             shadow: false,
             block: Duration::ZERO,
+            deferred: false,
         };
         assert!(limiter.decide(&[c], "m")[0].allowed);
         let second = limiter.decide(&[c], "m")[0];

@@ -4,13 +4,17 @@
 -- KEYS[i]: counter key of limit i.
 -- ARGV[1]: unique member for this request (gateway instance id + sequence).
 -- ARGV[2]: 'take' to decide, 'refund' to give back what ARGV[1] took at time
---          ARGV[3] (cluster refunds, and releasing concurrency leases).
+--          ARGV[3] (cluster refunds, and releasing concurrency leases), 'add'
+--          to consume each limit's cost whatever it holds (a counted
+--          response of a deferred limit, after its request was admitted).
 -- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, mode of
 --          limit i. param: buckets (sliding_window), burst (token_bucket),
---          lease µs (concurrency). mode: -1 = shadow (counts and reports,
---          never denies); 0 = enforced; b > 0 = enforced with a penalty box
---          of b µs (`block_for`): once this limit denies the key, it denies
---          it for b µs whatever the count, held at KEYS[i] .. '!b'.
+--          lease µs (concurrency). mode = shadow + 2 deferred + 4 block:
+--          shadow (1) counts and reports, never denies; deferred (2) checks
+--          without consuming (the response decides, with 'add'); block µs > 0
+--          is the penalty box (`block_for`): once this limit denies the key,
+--          it denies it for that long whatever the count, held at
+--          KEYS[i] .. '!b'.
 --
 -- A batch of decisions (concurrent requests of one gateway, in one call):
 -- ARGV[1] = '*' (never a member), ARGV[2] = the number of decisions; then, per
@@ -104,14 +108,24 @@ local function decide(ko, n, o)
     a.cost = tonumber(call_args[b + 3])
     a.param = tonumber(call_args[b + 4])
     local mode = tonumber(call_args[b + 5])
-    a.shadow = mode < 0
-    a.block = mode > 0 and mode or 0
+    a.shadow = mode % 2 == 1
+    a.deferred = math.floor(mode / 2) % 2 == 1
+    a.block = math.floor(mode / 4)
   end
 
   if call_args[o + 2] == 'refund' then
     local taken = tonumber(call_args[o + 3])
     for i = 1, n do
       limits[i].algorithm.refund(call_keys[ko + i], limits[i], member, taken)
+    end
+    return { 1 }
+  end
+
+  if call_args[o + 2] == 'add' then
+    for i = 1, n do
+      local key = call_keys[ko + i]
+      local _, state = peek(key, limits[i])
+      limits[i].algorithm.take(key, now, limits[i], state, member)
     end
     return { 1 }
   end
@@ -146,7 +160,7 @@ local function decide(ko, n, o)
     local remaining, reset, retry
     if boxed[i] > 0 then
       remaining, reset, retry = 0, boxed[i], boxed[i]
-    elseif admit == 1 and fits[i] then
+    elseif admit == 1 and fits[i] and not a.deferred then
       remaining, reset = a.algorithm.take(key, now, a, states[i], member)
       retry = 0
     else
