@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health").
+//! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health")
+//! and the usage API, `/v1/usage` (see `usage`).
 
 use crate::metrics::Metrics;
 use crate::state::SharedState;
@@ -40,6 +41,19 @@ fn text(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let plain = "text/plain; charset=utf-8";
+        if session.req_header().uri.path() == "/v1/usage" {
+            let state = self.state.load();
+            let head = session.req_header();
+            let authorization = head
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .map(|v| v.as_bytes().to_vec());
+            let query = head.uri.query().unwrap_or("").as_bytes().to_vec();
+            let method = head.method.clone();
+            let (status, body) =
+                crate::usage::answer(&state, &method, &query, authorization.as_deref()).await;
+            return text(status, "application/json", body.to_string().into_bytes());
+        }
         match session.req_header().uri.path() {
             "/metrics" => text(
                 StatusCode::OK,
@@ -58,7 +72,7 @@ impl ServeHttp for AdminApp {
             _ => text(
                 StatusCode::NOT_FOUND,
                 plain,
-                b"not found: try /metrics, /healthz or /readyz\n".to_vec(),
+                b"not found: try /metrics, /healthz, /readyz or /v1/usage\n".to_vec(),
             ),
         }
     }

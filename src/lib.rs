@@ -34,3 +34,4 @@ pub mod state;
 pub mod sync;
 pub mod target;
 pub mod upstream;
+pub mod usage;

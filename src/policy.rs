@@ -554,12 +554,7 @@ fn limit_keys(
             return None;
         }
         let c = &limit.config;
-        // A shared counter is named by its share, under the route name `*`,
-        // which no route can have.
-        let (scope, name) = match &c.share {
-            Some(share) => ("*", share.as_str()),
-            None => (route.name.as_str(), c.name.as_str()),
-        };
+        let (scope, name) = counter_name(route, c);
         let on_missing_ip = c.on_missing == OnMissing::Ip;
         build_key(prefix, scope, name, &c.key, &parts, on_missing_ip)
             .map(|key| {
@@ -574,10 +569,10 @@ fn limit_keys(
     route.limits.iter().enumerate().filter_map(key_of).collect()
 }
 
-/// The limit that applies to this request: the first override whose key
+/// The limit that applies to a request: the first override whose key
 /// values it carries, else its plan's (when it names a listed plan), else
 /// the configured one.
-fn applied_limit(
+pub fn applied_limit(
     c: &LimitConfig,
     parts: &RequestParts<'_>,
     plan: &dyn Fn(&PlanSource) -> Option<String>,
@@ -595,27 +590,39 @@ fn applied_limit(
 /// The limiter's view of the keyed limits.
 fn checks<'k>(route: &CompiledRoute, keys: &'k [Keyed]) -> Vec<LimitCheck<'k>> {
     keys.iter()
-        .map(|k| {
-            let c = &route.limits[k.index].config;
-            // A burst equal to the limit (its default) follows the plan.
-            let algorithm = match c.algorithm {
-                Algorithm::TokenBucket { burst } if burst == c.limit => {
-                    Algorithm::TokenBucket { burst: k.applied }
-                }
-                other => other,
-            };
-            LimitCheck {
-                key: &k.key,
-                limit: k.applied,
-                window: c.window,
-                cost: c.cost,
-                algorithm,
-                shadow: c.shadow,
-                block: c.block_for,
-                deferred: c.deferred(),
-            }
-        })
+        .map(|k| limit_check(&route.limits[k.index].config, &k.key, k.applied))
         .collect()
+}
+
+/// The names a limit's counter key is built from: its route and its own, or,
+/// for a shared counter, its share under the route name `*` (which no route
+/// can have).
+pub fn counter_name<'a>(route: &'a CompiledRoute, c: &'a LimitConfig) -> (&'a str, &'a str) {
+    match &c.share {
+        Some(share) => ("*", share.as_str()),
+        None => (route.name.as_str(), c.name.as_str()),
+    }
+}
+
+/// The limiter's view of limit `c` on `key` when `applied` is its number.
+pub fn limit_check<'k>(c: &LimitConfig, key: &'k str, applied: u64) -> LimitCheck<'k> {
+    // A burst equal to the limit (its default) follows the plan.
+    let algorithm = match c.algorithm {
+        Algorithm::TokenBucket { burst } if burst == c.limit => {
+            Algorithm::TokenBucket { burst: applied }
+        }
+        other => other,
+    };
+    LimitCheck {
+        key,
+        limit: applied,
+        window: c.window,
+        cost: c.cost,
+        algorithm,
+        shadow: c.shadow,
+        block: c.block_for,
+        deferred: c.deferred(),
+    }
 }
 
 /// Counts the decision in `sluice_ratelimit_decisions_total`.

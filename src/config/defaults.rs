@@ -14,6 +14,7 @@ impl Default for ServerConfig {
         Self {
             listen: vec!["0.0.0.0:8080".into()],
             admin: "127.0.0.1:9091".into(),
+            admin_token: None,
             threads: 2,
             // Measured with the benchmark's bare Pingora proxy and with sluice:
             // per-thread runtimes serve more per core (docs/benchmarks.md).

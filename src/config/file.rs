@@ -64,6 +64,7 @@ pub struct ServerFile {
     pub max_header_bytes: Option<usize>,
     pub max_uri_bytes: Option<usize>,
     pub max_connections: Option<usize>,
+    pub admin_token_env: Option<String>,
     /// Not supported yet.
     pub tls: Option<Value>,
 }

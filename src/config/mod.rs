@@ -59,6 +59,10 @@ pub struct ServerConfig {
     pub listen: Vec<String>,
     /// Admin listener address (`/metrics`, `/healthz`, `/readyz`).
     pub admin: String,
+    /// The bearer token the usage API (`/v1/usage`) requires, read from the
+    /// environment variable `server.admin_token_env` when the config loads.
+    /// Without one the usage API answers on a loopback admin listener only.
+    pub admin_token: Option<String>,
     /// Proxy worker threads (≥ 1).
     pub threads: usize,
     /// Whether idle worker threads steal tasks from busy ones (one shared

@@ -419,6 +419,9 @@ pub enum ProblemKind {
         /// Its length in bytes.
         bytes: usize,
     },
+    /// The admin token's variable unset or empty.
+    #[error("environment variable `{0}` (the admin token) is not set or empty")]
+    AdminTokenUnset(String),
     /// The secret's variable unset or empty.
     #[error("environment variable `{0}` (the JWT secret) is not set or empty")]
     SecretUnset(String),

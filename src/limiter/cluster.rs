@@ -474,6 +474,31 @@ impl Limiter for ClusterLimiter {
         Ok(())
     }
 
+    /// One routed call per key.
+    async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        let conn = self.connection().await?;
+        let deadline = Instant::now() + self.budget;
+        let mut decisions = Vec::with_capacity(checks.len());
+        for check in checks {
+            let reply = self
+                .call(&conn, check, "peek", Mode::Peek, deadline)
+                .await?;
+            decisions.push(parse_reply(reply, 1)?.0.remove(0));
+        }
+        Ok(decisions)
+    }
+
+    /// One routed call per key.
+    async fn reset(&self, checks: &[LimitCheck<'_>]) -> Result<(), LimiterError> {
+        let conn = self.connection().await?;
+        let deadline = Instant::now() + self.budget;
+        for check in checks {
+            self.call(&conn, check, "reset", Mode::Reset, deadline)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// On the key's primary (per node, or routed per key).
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
         if let Some(limiter) = self.single_node(checks).and_then(|n| self.node_limiter(&n)) {

@@ -52,6 +52,14 @@ impl Limiter for Fake {
         Ok(())
     }
 
+    async fn peek(&self, _: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        Ok(Vec::new())
+    }
+
+    async fn reset(&self, _: &[LimitCheck<'_>]) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
     fn is_healthy(&self) -> bool {
         !self.unhealthy.load(Ordering::Relaxed)
     }

@@ -24,6 +24,11 @@ use super::sharded::ShardedMap;
 use super::{Decision, LimitCheck};
 use std::time::{Duration, Instant};
 
+/// The longest a denial is answered in process before Redis is asked again:
+/// a long wait (a penalty box, a day's window) is still known to Redis, and
+/// a reset there (the usage API) reaches every instance within this time.
+pub const MAX_REMEMBERED: Duration = Duration::from_secs(10);
+
 /// A remembered denial.
 #[derive(Debug, Clone, Copy)]
 struct Denial {
@@ -116,13 +121,21 @@ impl DenyCache {
             shard.insert(
                 check.key.to_string(),
                 Denial {
-                    until: now + decision.retry_after,
+                    until: now + decision.retry_after.min(MAX_REMEMBERED),
                     cost: check.cost,
                     limit: check.limit,
                     window: check.window,
                     algorithm: check.algorithm,
                 },
             );
+        }
+    }
+
+    /// Forgets the remembered denials of `checks`' keys (their counts were
+    /// reset).
+    pub fn forget(&self, checks: &[LimitCheck<'_>]) {
+        for check in checks {
+            self.denials.shard(check.key).remove(check.key);
         }
     }
 

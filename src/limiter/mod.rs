@@ -176,6 +176,13 @@ pub trait Limiter: Send + Sync {
     /// a deferred limit's counted response (its request was admitted).
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
 
+    /// Reports each check as [`Limiter::check`] would decide it now,
+    /// consuming nothing (the usage API).
+    async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError>;
+
+    /// Forgets what `checks`' keys hold (counts and penalty boxes).
+    async fn reset(&self, checks: &[LimitCheck<'_>]) -> Result<(), LimiterError>;
+
     /// Whether it is taken to be able to decide now: false while a remote
     /// backend's circuit is open (then it is not even called).
     fn is_healthy(&self) -> bool {
@@ -396,6 +403,27 @@ impl Decider {
             }
             Source::Local => self.local.record(checks, &outcome.member),
             Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
+        }
+    }
+
+    /// The authoritative backend's report on `checks`, consuming nothing.
+    pub async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        match &self.redis {
+            Some(redis) => redis.peek(checks).await,
+            None => self.local.peek(checks).await,
+        }
+    }
+
+    /// Forgets `checks`' keys on the authoritative backend (and in process:
+    /// the fallback's counts and the deny cache).
+    pub async fn reset(&self, checks: &[LimitCheck<'_>]) -> Result<(), LimiterError> {
+        self.local.reset(checks).await?;
+        if let Some(cache) = &self.deny_cache {
+            cache.forget(checks);
+        }
+        match &self.redis {
+            Some(redis) => redis.reset(checks).await,
+            None => Ok(()),
         }
     }
 

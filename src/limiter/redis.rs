@@ -681,6 +681,21 @@ impl Limiter for RedisLimiter {
     }
 
     /// Bounded by the budget, like a decision.
+    async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        let deadline = Instant::now() + self.budget;
+        let reply = self.evaluate(checks, "peek", Mode::Peek, deadline).await?;
+        decode_reply(&reply, checks.len()).map(|(d, _)| d)
+    }
+
+    /// Bounded by the budget, like a decision.
+    async fn reset(&self, checks: &[LimitCheck<'_>]) -> Result<(), LimiterError> {
+        let deadline = Instant::now() + self.budget;
+        self.evaluate(checks, "reset", Mode::Reset, deadline)
+            .await
+            .map(|_| ())
+    }
+
+    /// Bounded by the budget, like a decision.
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
         if self.circuit.is_open() {
             return Err(LimiterError::CircuitOpen);

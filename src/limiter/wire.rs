@@ -102,6 +102,10 @@ pub(super) enum Mode {
     /// Consume each check's cost whatever the limit holds (a deferred
     /// limit's counted response).
     Add,
+    /// Report as `Take` would, consuming nothing.
+    Peek,
+    /// Delete the keys (and their penalty boxes).
+    Reset,
 }
 
 /// Something script arguments can be appended to.
@@ -170,6 +174,14 @@ pub(super) fn push_args(
         }
         Mode::Add => {
             sink.push("add");
+            sink.push(0);
+        }
+        Mode::Peek => {
+            sink.push("peek");
+            sink.push(0);
+        }
+        Mode::Reset => {
+            sink.push("reset");
             sink.push(0);
         }
     }

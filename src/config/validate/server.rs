@@ -30,6 +30,16 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     if listen.contains(&admin) {
         c.problem(&at("admin"), ProblemKind::AdminIsListener(admin.clone()));
     }
+    let admin_token = s.admin_token_env.as_ref().and_then(|var| {
+        let token = c.env(var).filter(|t| !t.is_empty());
+        if token.is_none() {
+            c.problem(
+                &at("admin_token_env"),
+                ProblemKind::AdminTokenUnset(var.clone()),
+            );
+        }
+        token
+    });
     let threads = s.threads.unwrap_or(d.threads);
     check_between(c, &at("threads"), threads, (1, 1024));
     let grace_period = c.duration(
@@ -45,6 +55,7 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     ServerConfig {
         listen,
         admin,
+        admin_token,
         threads,
         work_stealing: s.work_stealing.unwrap_or(d.work_stealing),
         grace_period,

@@ -285,6 +285,26 @@ impl<C: Clock> Limiter for LocalLimiter<C> {
         LocalLimiter::record(self, checks, member);
         Ok(())
     }
+
+    async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError> {
+        let peeks: Vec<LimitCheck<'_>> = checks
+            .iter()
+            .map(|c| LimitCheck {
+                deferred: true,
+                block: Duration::ZERO,
+                ..*c
+            })
+            .collect();
+        Ok(self.decide(&peeks, "peek"))
+    }
+
+    async fn reset(&self, checks: &[LimitCheck<'_>]) -> Result<(), LimiterError> {
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
+        for (check, &g) in checks.iter().zip(&slots) {
+            guards[g].remove(check.key);
+        }
+        Ok(())
+    }
 }
 
 fn make_room(shard: &mut Shard, capacity: usize, now: u64) {

@@ -6,7 +6,9 @@
 -- ARGV[2]: 'take' to decide, 'refund' to give back what ARGV[1] took at time
 --          ARGV[3] (cluster refunds, and releasing concurrency leases), 'add'
 --          to consume each limit's cost whatever it holds (a counted
---          response of a deferred limit, after its request was admitted).
+--          response of a deferred limit, after its request was admitted),
+--          'peek' to report without consuming (the usage API), 'reset' to
+--          delete the keys and their penalty boxes.
 -- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, mode of
 --          limit i. param: buckets (sliding_window), burst (token_bucket),
 --          lease µs (concurrency). mode = shadow + 2 deferred + 4 block:
@@ -121,6 +123,16 @@ local function decide(ko, n, o)
     return { 1 }
   end
 
+  if call_args[o + 2] == 'reset' then
+    for i = 1, n do
+      redis.call('DEL', call_keys[ko + i], box_of(call_keys[ko + i]))
+    end
+    return { 1 }
+  end
+
+  -- 'peek' reports as 'take' would, consuming nothing and boxing nobody.
+  local peeking = call_args[o + 2] == 'peek'
+
   if call_args[o + 2] == 'add' then
     for i = 1, n do
       local key = call_keys[ko + i]
@@ -160,12 +172,12 @@ local function decide(ko, n, o)
     local remaining, reset, retry
     if boxed[i] > 0 then
       remaining, reset, retry = 0, boxed[i], boxed[i]
-    elseif admit == 1 and fits[i] and not a.deferred then
+    elseif admit == 1 and fits[i] and not a.deferred and not peeking then
       remaining, reset = a.algorithm.take(key, now, a, states[i], member)
       retry = 0
     else
       remaining, reset, retry = a.algorithm.report(key, now, a, states[i])
-      if not fits[i] and a.block > 0 then
+      if not fits[i] and a.block > 0 and not peeking then
         -- This limit denied the key: into the penalty box.
         redis.call('SET', box_of(key), '1', 'PX', math.ceil(a.block / 1000))
         retry = math.max(retry, a.block)

@@ -1,0 +1,283 @@
+//! The usage API on the admin listener:
+//! `GET /v1/usage?route=R&limit=L&<part>=<value>…` reports a key's use of a
+//! limit without consuming it; `DELETE` with the same parameters resets the
+//! key (its count and its penalty box). One parameter per key part of the
+//! limit, named as `overrides.match` names them (`ip`, `user`, `method`,
+//! `path`, `header.NAME`, `query.NAME`, `cookie.NAME`, `param.NAME`), with
+//! the raw value a request would carry; `plan=NAME` picks the plan for a
+//! limit whose number comes from one.
+//!
+//! Answers are JSON. With `server.admin_token_env` the API requires
+//! `Authorization: Bearer <token>`; without it, it answers only on a
+//! loopback admin listener (anyone who reaches a public one could otherwise
+//! read or clear any key's count).
+
+use crate::config::LimitConfig;
+use crate::config::{KeyPart, PlanSource};
+use crate::headers::ceil_secs;
+use crate::keys::{build_key, query_value, PartValue, RequestParts};
+use crate::policy::{applied_limit, counter_name, limit_check};
+use crate::state::{CompiledRoute, GatewayState};
+use http::StatusCode;
+use serde_json::json;
+use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
+
+/// The usage API's answer: a status and a JSON body.
+pub type Answer = (StatusCode, serde_json::Value);
+
+/// Answers one usage API request: `method`, the raw query string, the
+/// `Authorization` header's value.
+pub async fn answer(
+    state: &GatewayState,
+    method: &http::Method,
+    query: &[u8],
+    authorization: Option<&[u8]>,
+) -> Answer {
+    if let Err(refusal) = authorize(state, authorization) {
+        return refusal;
+    }
+    let reset = match *method {
+        http::Method::GET => false,
+        http::Method::DELETE => true,
+        _ => {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                json!({}),
+            )
+        }
+    };
+    let param = |name: &str| match query_value(query, name) {
+        PartValue::One(value) => Ok(Some(value)),
+        PartValue::Missing => Ok(None),
+        PartValue::Ambiguous => Err(error(
+            StatusCode::BAD_REQUEST,
+            "ambiguous_parameter",
+            json!({ "parameter": name }),
+        )),
+    };
+    let required = |name: &str| match param(name) {
+        Ok(Some(value)) => Ok(String::from_utf8_lossy(&value).into_owned()),
+        Ok(None) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "missing_parameter",
+            json!({ "parameter": name }),
+        )),
+        Err(e) => Err(e),
+    };
+    let (route_name, limit_name) = match (required("route"), required("limit")) {
+        (Ok(r), Ok(l)) => (r, l),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let Some(route) = state.compiled.iter().find(|r| r.name == route_name) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_route",
+            json!({ "route": route_name }),
+        );
+    };
+    let Some(limit) = route.limits.iter().find(|l| l.config.name == limit_name) else {
+        let body = json!({ "route": route_name, "limit": limit_name });
+        return error(StatusCode::NOT_FOUND, "unknown_limit", body);
+    };
+    let c = &limit.config;
+
+    let (key, quota) = match key_and_quota(state, route, c, query) {
+        Ok(found) => found,
+        Err(e) => return e,
+    };
+    let mut check = limit_check(c, &key, quota);
+    check.cost = 1;
+
+    if reset {
+        return match state.decider.reset(&[check]).await {
+            Ok(()) => (
+                StatusCode::OK,
+                json!({ "route": route.name, "limit": c.name, "reset": true }),
+            ),
+            Err(e) => unavailable(&e),
+        };
+    }
+    match state.decider.peek(&[check]).await {
+        Ok(decisions) => {
+            let Some(d) = decisions.first() else {
+                return unavailable(&"no decision");
+            };
+            let remaining = d.remaining.min(quota);
+            (
+                StatusCode::OK,
+                json!({
+                    "route": route.name,
+                    "limit": c.name,
+                    "quota": quota,
+                    "used": quota - remaining,
+                    "remaining": remaining,
+                    "reset_seconds": ceil_secs(d.reset),
+                }),
+            )
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The counter key the parameters name, and the limit that applies to it.
+fn key_and_quota(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    c: &LimitConfig,
+    query: &[u8],
+) -> Result<(String, u64), Answer> {
+    let param = |name: &str| match query_value(query, name) {
+        PartValue::One(value) => Ok(Some(value)),
+        PartValue::Missing => Ok(None),
+        PartValue::Ambiguous => Err(error(
+            StatusCode::BAD_REQUEST,
+            "ambiguous_parameter",
+            json!({ "parameter": name }),
+        )),
+    };
+    // Every part of the key, from its parameter.
+    let mut values: Vec<(KeyPart, Vec<u8>)> = Vec::with_capacity(c.key.len());
+    for part in &c.key {
+        let label = part.label();
+        match param(&label) {
+            Ok(Some(value)) if !value.is_empty() => values.push((part.clone(), value.into_owned())),
+            Ok(_) => {
+                let body = json!({ "part": label });
+                return Err(error(StatusCode::BAD_REQUEST, "missing_part", body));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let value_of = |wanted: &KeyPart| {
+        values
+            .iter()
+            .find(|(part, _)| part == wanted)
+            .map(|(_, v)| v.as_slice())
+    };
+    let ip_text = match value_of(&KeyPart::Ip) {
+        None => String::new(),
+        Some(raw) => match std::str::from_utf8(raw)
+            .ok()
+            .and_then(|t| t.parse::<IpAddr>().ok())
+        {
+            Some(ip) => state.client_ip.key_text(ip),
+            None => {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_part",
+                    json!({ "part": "ip" }),
+                ))
+            }
+        },
+    };
+    // The parts as a request would carry them (a query parameter as its
+    // encoded pair, so that it decodes to the value given).
+    let query_pairs: String = values
+        .iter()
+        .filter_map(|(part, value)| match part {
+            KeyPart::Query(name) => Some(format!("{}={}", encode(name.as_bytes()), encode(value))),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    let header = |name: &str| value_of(&KeyPart::Header(name.to_string()));
+    let cookie = |name: &str| {
+        value_of(&KeyPart::Cookie(name.to_string()))
+            .map_or(PartValue::Missing, |v| PartValue::One(Cow::Borrowed(v)))
+    };
+    let param_part = |name: &str| {
+        value_of(&KeyPart::Param(name.to_string())).and_then(|v| std::str::from_utf8(v).ok())
+    };
+    let method_text = value_of(&KeyPart::Method)
+        .and_then(|m| std::str::from_utf8(m).ok())
+        .unwrap_or("");
+    let parts = RequestParts {
+        ip: &ip_text,
+        user: value_of(&KeyPart::User),
+        method: method_text,
+        path: value_of(&KeyPart::Path).unwrap_or(b""),
+        header: &header,
+        query: query_pairs.as_bytes(),
+        cookie: &cookie,
+        param: &param_part,
+    };
+    let (scope, name) = counter_name(route, c);
+    let prefix = &state.config.limiter.redis.key_prefix;
+    let key = match build_key(prefix, scope, name, &c.key, &parts, false) {
+        Ok(Some(key)) => key,
+        _ => return Err(error(StatusCode::BAD_REQUEST, "bad_part", json!({}))),
+    };
+    let plan = match param("plan") {
+        Ok(plan) => plan.map(|p| String::from_utf8_lossy(&p).into_owned()),
+        Err(e) => return Err(e),
+    };
+    let plan_of = |_: &PlanSource| plan.clone();
+    let quota = applied_limit(c, &parts, &plan_of);
+    Ok((key, quota))
+}
+
+/// The token check: `Ok` when the request may use the API.
+fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), Answer> {
+    match &state.config.server.admin_token {
+        Some(token) => {
+            let expected = format!("Bearer {token}");
+            let given = authorization.unwrap_or(b"");
+            if constant_time_eq(given, expected.as_bytes()) {
+                Ok(())
+            } else {
+                Err(error(StatusCode::UNAUTHORIZED, "unauthorized", json!({})))
+            }
+        }
+        None => {
+            let loopback = state
+                .config
+                .server
+                .admin
+                .parse::<SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback());
+            if loopback {
+                Ok(())
+            } else {
+                let reason = "the admin listener is not on loopback: set server.admin_token_env to use the usage API";
+                Err(error(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    json!({ "reason": reason }),
+                ))
+            }
+        }
+    }
+}
+
+/// Compares without stopping at the first difference (the token's bytes
+/// must not leak through timing).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Percent-encodes everything but unreserved bytes.
+fn encode(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len() * 3);
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn error(status: StatusCode, what: &str, mut extra: serde_json::Value) -> Answer {
+    if let Some(object) = extra.as_object_mut() {
+        object.insert("error".into(), json!(what));
+    }
+    (status, extra)
+}
+
+fn unavailable(e: &dyn std::fmt::Display) -> Answer {
+    log::warn!("usage API: the limiter could not answer: {e}");
+    error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", json!({}))
+}
