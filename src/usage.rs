@@ -48,15 +48,7 @@ pub async fn answer(
             )
         }
     };
-    let param = |name: &str| match query_value(query, name) {
-        PartValue::One(value) => Ok(Some(value)),
-        PartValue::Missing => Ok(None),
-        PartValue::Ambiguous => Err(error(
-            StatusCode::BAD_REQUEST,
-            "ambiguous_parameter",
-            json!({ "parameter": name }),
-        )),
-    };
+    let param = |name: &str| parameter(query, name);
     let required = |name: &str| match param(name) {
         Ok(Some(value)) => Ok(String::from_utf8_lossy(&value).into_owned()),
         Ok(None) => Err(error(
@@ -128,15 +120,7 @@ fn key_and_quota(
     c: &LimitConfig,
     query: &[u8],
 ) -> Result<(String, u64), Answer> {
-    let param = |name: &str| match query_value(query, name) {
-        PartValue::One(value) => Ok(Some(value)),
-        PartValue::Missing => Ok(None),
-        PartValue::Ambiguous => Err(error(
-            StatusCode::BAD_REQUEST,
-            "ambiguous_parameter",
-            json!({ "parameter": name }),
-        )),
-    };
+    let param = |name: &str| parameter(query, name);
     // Every part of the key, from its parameter.
     let mut values: Vec<(KeyPart, Vec<u8>)> = Vec::with_capacity(c.key.len());
     for part in &c.key {
@@ -216,6 +200,20 @@ fn key_and_quota(
     let plan_of = |_: &PlanSource| plan.clone();
     let quota = applied_limit(c, &parts, &plan_of);
     Ok((key, quota))
+}
+
+/// The query parameter `name`, percent-decoded; given twice with different
+/// values, an error.
+fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>>, Answer> {
+    match query_value(query, name) {
+        PartValue::One(value) => Ok(Some(value)),
+        PartValue::Missing => Ok(None),
+        PartValue::Ambiguous => Err(error(
+            StatusCode::BAD_REQUEST,
+            "ambiguous_parameter",
+            json!({ "parameter": name }),
+        )),
+    }
 }
 
 /// The token check: `Ok` when the request may use the API.

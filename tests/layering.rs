@@ -106,7 +106,12 @@ fn the_canonical_target_is_pure() {
 
 #[test]
 fn the_policy_step_never_sees_a_session() {
-    let files = vec![src("policy.rs"), src("request.rs")];
+    let files = vec![
+        src("policy.rs"),
+        src("request.rs"),
+        src("exempt.rs"),
+        src("usage.rs"),
+    ];
     let forbidden = [
         "pingora::proxy",
         "Session",
@@ -126,4 +131,17 @@ fn the_policy_step_never_sees_a_session() {
 fn the_lock_helpers_are_pure() {
     let found = offending(&[src("sync.rs")], &["crate::", "pingora", "tokio"]);
     assert!(found.is_empty(), "sync.rs imports:\n{}", found.join("\n"));
+}
+
+#[test]
+fn exemptions_match_on_what_they_are_given() {
+    let forbidden = [
+        "crate::limiter",
+        "crate::state",
+        "crate::policy",
+        "pingora",
+        "redis::",
+    ];
+    let found = offending(&[src("exempt.rs")], &forbidden);
+    assert!(found.is_empty(), "exempt.rs imports:\n{}", found.join("\n"));
 }

@@ -164,16 +164,7 @@ impl<C: Clock> LocalLimiter<C> {
         let mut fits = Vec::with_capacity(checks.len());
         let mut admit = true;
         for (check, &g) in checks.iter().zip(&slots) {
-            let shard = &mut guards[g];
-            if !shard.contains_key(check.key) {
-                make_room(shard, capacity, now);
-            }
-            let slot = shard
-                .entry(check.key.to_string())
-                .or_insert_with(|| Slot::new(check.algorithm));
-            if slot.algorithm != check.algorithm {
-                *slot = Slot::new(check.algorithm);
-            }
+            let slot = slot_for(&mut guards[g], check, capacity, now);
             let boxed = !check.block.is_zero() && slot.boxed_until > now;
             let ok = !boxed && slot.counter.peek(now, &Params::of(check));
             admit &= ok || check.shadow;
@@ -238,16 +229,7 @@ impl<C: Clock> LocalLimiter<C> {
         let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
         let capacity = self.slots.shard_capacity();
         for (check, &g) in checks.iter().zip(&slots) {
-            let shard = &mut guards[g];
-            if !shard.contains_key(check.key) {
-                make_room(shard, capacity, now);
-            }
-            let slot = shard
-                .entry(check.key.to_string())
-                .or_insert_with(|| Slot::new(check.algorithm));
-            if slot.algorithm != check.algorithm {
-                *slot = Slot::new(check.algorithm);
-            }
+            let slot = slot_for(&mut guards[g], check, capacity, now);
             let p = Params::of(check);
             slot.counter.peek(now, &p);
             slot.counter.take(now, &p, member);
@@ -305,6 +287,26 @@ impl<C: Clock> Limiter for LocalLimiter<C> {
         }
         Ok(())
     }
+}
+
+/// `check`'s slot in `shard`, made (room first) when absent, and started
+/// afresh when it held another algorithm (a reload changed it).
+fn slot_for<'s>(
+    shard: &'s mut Shard,
+    check: &LimitCheck<'_>,
+    capacity: usize,
+    now: u64,
+) -> &'s mut Slot {
+    if !shard.contains_key(check.key) {
+        make_room(shard, capacity, now);
+    }
+    let slot = shard
+        .entry(check.key.to_string())
+        .or_insert_with(|| Slot::new(check.algorithm));
+    if slot.algorithm != check.algorithm {
+        *slot = Slot::new(check.algorithm);
+    }
+    slot
 }
 
 fn make_room(shard: &mut Shard, capacity: usize, now: u64) {
