@@ -17,18 +17,19 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_micros().div_ceil(1_000_000) as u64
 }
 
-/// The headers of `style` for `entries`: each enforced limit with its
-/// decision, most restrictive first. Empty when there is no entry.
+/// The headers of `style` for `entries`: each enforced limit with the number
+/// that applied to the request (its plan's or override's, else its own) and
+/// its decision, most restrictive first. Empty when there is no entry.
 pub fn rate_headers<'a>(
     style: HeaderStyle,
-    entries: impl Iterator<Item = (&'a LimitConfig, &'a Decision)> + Clone,
+    entries: impl Iterator<Item = (&'a LimitConfig, u64, &'a Decision)> + Clone,
 ) -> Vec<(&'static str, HeaderValue)> {
     let mut headers = Vec::new();
-    let Some((first, most)) = entries.clone().next() else {
+    let Some((_, limit, most)) = entries.clone().next() else {
         return headers;
     };
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        headers.push(("x-ratelimit-limit", HeaderValue::from(first.limit)));
+        headers.push(("x-ratelimit-limit", HeaderValue::from(limit)));
         headers.push(("x-ratelimit-remaining", HeaderValue::from(most.remaining)));
         headers.push((
             "x-ratelimit-reset",
@@ -48,16 +49,18 @@ pub fn rate_headers<'a>(
 }
 
 /// The draft headers' values: `"name";q=..;w=..` and `"name";r=..;t=..`.
-fn draft<'a>(entries: impl Iterator<Item = (&'a LimitConfig, &'a Decision)>) -> (String, String) {
+fn draft<'a>(
+    entries: impl Iterator<Item = (&'a LimitConfig, u64, &'a Decision)>,
+) -> (String, String) {
     use std::fmt::Write as _;
     let mut policy = String::new();
     let mut state = String::new();
-    for (n, (c, d)) in entries.enumerate() {
+    for (n, (c, limit, d)) in entries.enumerate() {
         if n > 0 {
             policy.push_str(", ");
             state.push_str(", ");
         }
-        let _ = write!(policy, "\"{}\";q={}", c.name, c.limit);
+        let _ = write!(policy, "\"{}\";q={limit}", c.name);
         if !matches!(c.algorithm, Algorithm::Concurrency { .. }) {
             let _ = write!(policy, ";w={}", ceil_secs(c.window).max(1));
         }
@@ -120,7 +123,7 @@ mod tests {
             limit("per-ip", 100, 60, Algorithm::SlidingLog),
         );
         let (da, db) = (decision(true, 0, 6_500, 0), decision(true, 40, 60_000, 0));
-        let entries = [(&a, &da), (&b, &db)];
+        let entries = [(&a, a.limit, &da), (&b, b.limit, &db)];
         let headers = rate_headers(HeaderStyle::Legacy, entries.iter().copied());
         assert_eq!(value(&headers, "x-ratelimit-limit"), Some("5"));
         assert_eq!(value(&headers, "x-ratelimit-remaining"), Some("0"));
@@ -139,7 +142,7 @@ mod tests {
         );
         // Denied by per-user: t is the retry time, not the reset.
         let (da, db) = (decision(false, 0, 2_000, 7_200), decision(true, 1, 0, 0));
-        let entries = [(&a, &da), (&b, &db)];
+        let entries = [(&a, a.limit, &da), (&b, b.limit, &db)];
         let headers = rate_headers(HeaderStyle::Draft, entries.iter().copied());
         assert_eq!(value(&headers, "x-ratelimit-limit"), None);
         let policy = value(&headers, "ratelimit-policy").expect("policy");

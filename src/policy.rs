@@ -268,12 +268,12 @@ impl HeldLeases {
     /// the status matches; a `cost_from` limit the header's whole number
     /// (its `cost` when the header is absent or not a number, nothing when
     /// it is 0). Once: later calls do nothing.
-    pub async fn settle(
+    pub async fn settle<'h>(
         &mut self,
         state: &GatewayState,
         route: &CompiledRoute,
         status: u16,
-        header: &(dyn Fn(&str) -> Option<Vec<u8>> + Sync),
+        header: &(dyn Fn(&str) -> Option<&'h [u8]> + Sync),
     ) {
         let deferred = std::mem::take(&mut self.deferred);
         let mut counted = Vec::with_capacity(deferred.len());
@@ -286,7 +286,7 @@ impl HeldLeases {
                 }
             }
             let cost = match &c.cost_from {
-                Some(name) => response_cost(header(name).as_deref()).unwrap_or(c.cost),
+                Some(name) => response_cost(header(name)).unwrap_or(c.cost),
                 None => c.cost,
             };
             if cost > 0 {
@@ -444,25 +444,9 @@ pub fn rate_headers(
     let Some(route) = route else {
         return Vec::new();
     };
-    // A plan or override changes the number the headers report.
-    let configs: Vec<Cow<'_, LimitConfig>> = entries
+    let entries = entries
         .iter()
-        .map(|e| {
-            let config = &route.limits[e.limit].config;
-            if config.limit == e.applied {
-                Cow::Borrowed(config)
-            } else {
-                Cow::Owned(LimitConfig {
-                    limit: e.applied,
-                    ..config.clone()
-                })
-            }
-        })
-        .collect();
-    let entries = configs
-        .iter()
-        .zip(entries)
-        .map(|(c, e)| (c.as_ref(), &e.decision));
+        .map(|e| (&route.limits[e.limit].config, e.applied, &e.decision));
     headers::rate_headers(state.config.response.headers, entries)
 }
 

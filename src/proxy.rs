@@ -187,17 +187,14 @@ impl ProxyHttp for Gateway {
             upstream_response.insert_header(name, value)?;
         }
         // Deferred limits count now that the response head is known.
-        let state = Arc::clone(&ctx.state);
-        let route = ctx.route.and_then(|i| state.compiled.get(i));
-        if let (Some(held), Some(route)) = (ctx.leases.as_mut(), route) {
-            let status = upstream_response.status.as_u16();
-            let header = |name: &str| {
-                upstream_response
-                    .headers
-                    .get(name)
-                    .map(|v| v.as_bytes().to_vec())
-            };
-            held.settle(&state, route, status, &header).await;
+        if let Some(held) = ctx.leases.as_mut() {
+            let state = Arc::clone(&ctx.state);
+            if let Some(route) = ctx.route.and_then(|i| state.compiled.get(i)) {
+                let status = upstream_response.status.as_u16();
+                let headers = &upstream_response.headers;
+                let header = |name: &str| headers.get(name).map(|v| v.as_bytes());
+                held.settle(&state, route, status, &header).await;
+            }
         }
         Ok(())
     }
