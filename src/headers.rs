@@ -97,6 +97,7 @@ mod tests {
             block_for: Duration::ZERO,
             count_when: None,
             cost_from: None,
+            calendar: None,
         }
     }
 

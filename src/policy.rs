@@ -591,22 +591,40 @@ pub fn counter_name<'a>(route: &'a CompiledRoute, c: &'a LimitConfig) -> (&'a st
 /// The limiter's view of limit `c` on `key` when `applied` is its number.
 pub fn limit_check<'k>(c: &LimitConfig, key: &'k str, applied: u64) -> LimitCheck<'k> {
     // A burst equal to the limit (its default) follows the plan.
+    let mut window = c.window;
     let algorithm = match c.algorithm {
         Algorithm::TokenBucket { burst } if burst == c.limit => {
             Algorithm::TokenBucket { burst: applied }
         }
+        // A calendar quota carries the periods around now, by this clock;
+        // Redis's clock picks among them.
+        Algorithm::Calendar { period, .. } => match &c.calendar {
+            Some(calendar) => {
+                let bounds = calendar.bounds_at(unix_now_us());
+                window = Duration::from_micros((bounds.end_us - bounds.start_us).max(1) as u64);
+                Algorithm::Calendar { period, bounds }
+            }
+            None => c.algorithm,
+        },
         other => other,
     };
     LimitCheck {
         key,
         limit: applied,
-        window: c.window,
+        window,
         cost: c.cost,
         algorithm,
         shadow: c.shadow,
         block: c.block_for,
         deferred: c.deferred(),
     }
+}
+
+/// The gateway's clock, in microseconds since the Unix epoch.
+fn unix_now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Counts the decision in `sluice_ratelimit_decisions_total`.

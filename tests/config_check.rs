@@ -57,6 +57,11 @@ fn bad_configs_name_file_line_column_and_reason() {
         ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "write a cookie key part as {cookie: NAME}"),
         ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [{param: id}], limit: 1, window: 1s}\n", 5, "`{param: id}` needs a templated route path"),
         ("routes:\n  - name: x\n    match: {path: \"/u/{id}\"}\n    respond: {}\n    limits:\n      - {name: l, key: [{param: user}], limit: 1, window: 1s}\n", 6, "the route's path `/u/{id}` defines no parameter `user`"),
+        (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: month, window: 30d}}\n"), 5, "a calendar quota has no `window`"),
+        (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: day, algorithm: sliding_log}}\n"), 5, "`algorithm: sliding_log` cannot apply"),
+        (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, window: 1d, timezone: Europe/Paris}}\n"), 5, "`timezone` applies to calendar quotas only"),
+        (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: day, timezone: Europe/Pariss}}\n"), 5, "unknown time zone `Europe/Pariss`"),
+        (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: fortnight}}\n"), 5, "unknown variant `fortnight`"),
         ("routes: [\n", 2, ""),
     ];
     for (text, line, needle) in cases {

@@ -246,6 +246,19 @@ pub struct LimitFile {
     pub block_for: Option<String>,
     pub count_when: Option<CountWhenFile>,
     pub cost_from: Option<CostFromFile>,
+    /// A calendar quota's period: day, week or month.
+    pub calendar: Option<PeriodFile>,
+    /// The IANA time zone of the calendar's periods (UTC if absent).
+    pub timezone: Option<String>,
+}
+
+/// `limits[].calendar`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeriodFile {
+    Day,
+    Week,
+    Month,
 }
 
 /// `limits[].count_when`.

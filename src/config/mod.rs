@@ -6,6 +6,7 @@
 //! uses. Every error names `path:line:column` where a position exists. This
 //! module knows nothing of Redis or Pingora.
 
+pub mod calendar;
 mod checker;
 pub mod defaults;
 pub mod diff;
@@ -401,6 +402,15 @@ pub enum Algorithm {
         /// How long a lease lives if its response never completes.
         lease: Duration,
     },
+    /// One counter per civil period (`calendar: day | week | month`).
+    Calendar {
+        /// Day, week or month.
+        period: calendar::Period,
+        /// The periods around the decision's time, by the gateway's clock
+        /// (Redis's clock picks among them). All zero in the configuration;
+        /// each decision's check carries them (`policy::limit_check`).
+        bounds: calendar::PeriodBounds,
+    },
 }
 
 impl Algorithm {
@@ -412,6 +422,20 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::TokenBucket { .. } => "token_bucket",
             Algorithm::Concurrency { .. } => "concurrency",
+            Algorithm::Calendar { .. } => "calendar",
+        }
+    }
+
+    /// The algorithm with its per-decision parts cleared (a calendar
+    /// quota's bounds): two checks of one limit count on the same state
+    /// exactly when their algorithms agree here.
+    pub fn counter(self) -> Self {
+        match self {
+            Algorithm::Calendar { period, .. } => Algorithm::Calendar {
+                period,
+                bounds: calendar::PeriodBounds::default(),
+            },
+            other => other,
         }
     }
 
@@ -499,6 +523,9 @@ pub struct LimitConfig {
     /// Count the response header's number instead of `cost` (`cost_from`,
     /// lower-case name).
     pub cost_from: Option<String>,
+    /// The civil periods of a calendar quota (`calendar`, `timezone`); set
+    /// exactly when the algorithm is [`Algorithm::Calendar`].
+    pub calendar: Option<calendar::Calendar>,
 }
 
 /// One entry of `count_when.status`.
@@ -569,6 +596,13 @@ impl LimitConfig {
                 self.limit,
                 format_duration(self.window)
             ),
+            Algorithm::Calendar { period, .. } => {
+                let zone = self
+                    .calendar
+                    .as_ref()
+                    .map_or("UTC", |c| c.zone_name.as_str());
+                format!("{} per {} ({zone})", self.limit, period.name())
+            }
             _ => format!("{} per {}", self.limit, format_duration(self.window)),
         };
         let key: Vec<String> = self.key.iter().map(KeyPart::label).collect();

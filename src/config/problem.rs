@@ -330,6 +330,20 @@ pub enum ProblemKind {
     /// A limit without its window.
     #[error("limit `{0}` needs a `window` (such as 10s or 1m)")]
     NeedsWindow(String),
+    /// `window` beside `calendar`.
+    #[error("a calendar quota has no `window`: `calendar` sets its periods (day, week or month)")]
+    CalendarWindow,
+    /// `calendar` with an algorithm other than a counter.
+    #[error("a calendar quota is a counter per period; `algorithm: {0}` cannot apply (omit it, or write fixed_window)")]
+    CalendarAlgorithm(&'static str),
+    /// `timezone` without `calendar`.
+    #[error("`timezone` applies to calendar quotas only (`calendar: day | week | month`)")]
+    TimezoneWithoutCalendar,
+    /// A time zone the database does not know.
+    #[error(
+        "unknown time zone `{0}` (an IANA name such as UTC, Europe/Paris or America/New_York)"
+    )]
+    UnknownTimeZone(String),
     /// A sliding log too long to keep.
     #[error("a sliding_log limit keeps one entry per admitted unit; {limit} per window is too many (at most {max}); use algorithm: sliding_window")]
     LogTooLong {

@@ -32,8 +32,12 @@ pub const MAX_REMEMBERED: Duration = Duration::from_secs(10);
 /// A remembered denial.
 #[derive(Debug, Clone, Copy)]
 struct Denial {
-    /// The key is denied before this instant.
+    /// The key is denied in process before this instant (at most
+    /// [`MAX_REMEMBERED`] after the denial).
     until: Instant,
+    /// When Redis said the key may retry: what a remembered denial reports,
+    /// however long before that the cache stops answering.
+    retry_at: Instant,
     /// The cost of the denied request.
     cost: u64,
     /// The limit that denied it, as configured when it did.
@@ -72,7 +76,8 @@ impl DenyCache {
     }
 
     /// If any check's key is denied past `now`, the decisions to answer with:
-    /// the cached keys deny with their remaining wait; the others are reported
+    /// the cached keys deny with their remaining wait (the whole wait Redis
+    /// gave, even when it is longer than the cache answers for); the others are reported
     /// as admitting (they were not asked, and nothing is consumed).
     pub fn lookup(&self, checks: &[LimitCheck<'_>], now: Instant) -> Option<Vec<Decision>> {
         let mut decisions: Option<Vec<Decision>> = None;
@@ -122,6 +127,7 @@ impl DenyCache {
                 check.key.to_string(),
                 Denial {
                     until: now + decision.retry_after.min(MAX_REMEMBERED),
+                    retry_at: now + decision.retry_after,
                     cost: check.cost,
                     limit: check.limit,
                     window: check.window,
@@ -143,7 +149,7 @@ impl DenyCache {
         let mut shard = self.denials.shard(check.key);
         let denial = *shard.get(check.key)?;
         if denial.until > now {
-            denial.answers(check).then(|| denial.until - now)
+            denial.answers(check).then(|| denial.retry_at - now)
         } else {
             shard.remove(check.key);
             None
@@ -218,6 +224,18 @@ mod tests {
             .lookup(&[check("a")], t0 + Duration::from_millis(1500))
             .is_none());
         assert!(cache.lookup(&[check("b")], t0).is_none());
+    }
+
+    #[test]
+    fn a_long_wait_is_reported_whole_but_answered_ten_seconds_at_most() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        cache.remember(&[check("a")], &[denied(600_000)], t0);
+        let hit = cache
+            .lookup(&[check("a")], t0 + Duration::from_secs(4))
+            .unwrap();
+        assert_eq!(hit[0].retry_after, Duration::from_secs(596));
+        assert!(cache.lookup(&[check("a")], t0 + MAX_REMEMBERED).is_none());
     }
 
     #[test]

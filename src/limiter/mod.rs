@@ -82,6 +82,7 @@ impl Decision {
                 (units(burst.max(check.cost)), units(check.cost))
             }
             Algorithm::Concurrency { lease } => (lease, Duration::from_secs(1)),
+            Algorithm::Calendar { period, .. } => (period.longest(), period.longest()),
         };
         // A penalty box (`block_for`) holds the key that long.
         let (reset, retry) = (reset.max(check.block), retry.max(check.block));

@@ -30,6 +30,7 @@ pub const DECIDE_SCRIPT: &str = concat!(
     include_str!("lua/fixed_window.lua"),
     include_str!("lua/token_bucket.lua"),
     include_str!("lua/concurrency.lua"),
+    include_str!("lua/calendar.lua"),
     include_str!("lua/decide.lua"),
     "return run(KEYS, ARGV)\n",
 );
@@ -141,6 +142,8 @@ pub(super) fn wire_code(algorithm: Algorithm) -> (u8, u64) {
         Algorithm::FixedWindow => (3, 0),
         Algorithm::TokenBucket { burst } => (4, burst),
         Algorithm::Concurrency { lease } => (5, lease.as_micros() as u64),
+        // Its window and parameter are the period bounds (see `push_args`).
+        Algorithm::Calendar { .. } => (6, 0),
     }
 }
 
@@ -189,9 +192,17 @@ pub(super) fn push_args(
         let (code, param) = wire_code(check.algorithm);
         sink.push(code);
         sink.push(check.limit);
-        sink.push(check.window.as_micros() as u64);
-        sink.push(check.cost);
-        sink.push(param);
+        if let Algorithm::Calendar { bounds, .. } = check.algorithm {
+            // The period's end as the window, and the previous period's end
+            // and the next one's as the parameter: Redis's clock picks.
+            sink.push(bounds.end_us);
+            sink.push(check.cost);
+            sink.push(format!("{}:{}", bounds.start_us, bounds.next_end_us));
+        } else {
+            sink.push(check.window.as_micros() as u64);
+            sink.push(check.cost);
+            sink.push(param);
+        }
         // The mode: shadow + 2 deferred + 4 × the penalty box in µs.
         let block = check.block.as_micros().min(1 << 50) as u64;
         let mode = u64::from(check.shadow) + 2 * u64::from(check.deferred) + 4 * block;
@@ -396,6 +407,10 @@ mod tests {
             Algorithm::FixedWindow,
             Algorithm::TokenBucket { burst: 1 },
             Algorithm::Concurrency { lease },
+            Algorithm::Calendar {
+                period: crate::config::calendar::Period::Day,
+                bounds: Default::default(),
+            },
         ] {
             let check = LimitCheck {
                 key: "k",

@@ -1,8 +1,9 @@
 //! One entry of `routes[].limits`: key, number, window, algorithm and cost.
 
+use super::super::calendar::{Calendar, Period, PeriodBounds};
 use super::super::checker::Checker;
 use super::super::defaults::limit as defaults;
-use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile};
+use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile, PeriodFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
 use super::super::{
@@ -42,9 +43,19 @@ pub(super) fn limit(
     if f.limit == 0 {
         c.problem(&path.key("limit"), ProblemKind::ZeroLimit);
     }
-    let window = window(c, path, f, kind);
+    let calendar = calendar(c, path, f, kind);
+    let window = match &calendar {
+        Some(calendar) => calendar.period.nominal(),
+        None => window(c, path, f, kind),
+    };
     let cost = f.cost.unwrap_or(defaults::COST);
-    let algorithm = algorithm(c, path, f, kind, window, cost);
+    let algorithm = match &calendar {
+        Some(calendar) => Algorithm::Calendar {
+            period: calendar.period,
+            bounds: PeriodBounds::default(),
+        },
+        None => algorithm(c, path, f, kind, window, cost),
+    };
     if cost == 0 {
         let kind = ProblemKind::AtLeast {
             key: "cost",
@@ -81,6 +92,46 @@ pub(super) fn limit(
         block_for,
         count_when,
         cost_from,
+        calendar,
+    }
+}
+
+/// `calendar` and `timezone`: a quota counted per civil period. The
+/// algorithm is then a counter per period, and there is no `window`.
+fn calendar(
+    c: &mut Checker,
+    path: &KeyPath,
+    f: &LimitFile,
+    kind: AlgorithmFile,
+) -> Option<Calendar> {
+    let Some(period) = f.calendar else {
+        if f.timezone.is_some() {
+            c.problem(&path.key("timezone"), ProblemKind::TimezoneWithoutCalendar);
+        }
+        return None;
+    };
+    if f.window.is_some() {
+        c.problem(&path.key("window"), ProblemKind::CalendarWindow);
+    }
+    if f.algorithm.is_some() && kind != AlgorithmFile::FixedWindow {
+        c.problem(
+            &path.key("algorithm"),
+            ProblemKind::CalendarAlgorithm(kind.name()),
+        );
+    }
+    let period = match period {
+        PeriodFile::Day => Period::Day,
+        PeriodFile::Week => Period::Week,
+        PeriodFile::Month => Period::Month,
+    };
+    let zone = f.timezone.as_deref().unwrap_or("UTC");
+    match Calendar::new(period, zone) {
+        Ok(calendar) => Some(calendar),
+        Err(_) => {
+            let kind = ProblemKind::UnknownTimeZone(zone.to_string());
+            c.problem(&path.key("timezone"), kind);
+            Calendar::new(period, "UTC").ok()
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! drops idle keys, then (still full) forgets about a tenth of its keys —
 //! those keys restart from zero, which errs on the side of admitting.
 
+mod calendar;
 mod concurrency;
 mod fixed_window;
 mod sliding_log;
@@ -17,6 +18,7 @@ mod token_bucket;
 
 use super::sharded::ShardedMap;
 use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
+use crate::config::calendar::PeriodBounds;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -61,6 +63,8 @@ pub(super) struct Params {
     cost: u64,
     /// buckets, burst, or lease µs (by algorithm).
     param: u64,
+    /// A calendar quota's periods (zero for the other algorithms).
+    bounds: PeriodBounds,
 }
 
 impl Params {
@@ -69,13 +73,18 @@ impl Params {
             Algorithm::SlidingWindow { buckets } => u64::from(buckets),
             Algorithm::TokenBucket { burst } => burst,
             Algorithm::Concurrency { lease } => micros_of(lease),
-            Algorithm::SlidingLog | Algorithm::FixedWindow => 0,
+            Algorithm::SlidingLog | Algorithm::FixedWindow | Algorithm::Calendar { .. } => 0,
+        };
+        let bounds = match check.algorithm {
+            Algorithm::Calendar { bounds, .. } => bounds,
+            _ => PeriodBounds::default(),
         };
         Self {
             limit: check.limit,
             window: micros_of(check.window),
             cost: check.cost,
             param,
+            bounds,
         }
     }
 }
@@ -110,6 +119,7 @@ impl Slot {
             Algorithm::FixedWindow => Box::<fixed_window::FixedWindow>::default(),
             Algorithm::TokenBucket { .. } => Box::<token_bucket::TokenBucket>::default(),
             Algorithm::Concurrency { .. } => Box::<concurrency::Concurrency>::default(),
+            Algorithm::Calendar { .. } => Box::<calendar::CalendarCounter>::default(),
         };
         Self {
             algorithm,
@@ -302,9 +312,9 @@ fn slot_for<'s>(
     }
     let slot = shard
         .entry(check.key.to_string())
-        .or_insert_with(|| Slot::new(check.algorithm));
-    if slot.algorithm != check.algorithm {
-        *slot = Slot::new(check.algorithm);
+        .or_insert_with(|| Slot::new(check.algorithm.counter()));
+    if slot.algorithm != check.algorithm.counter() {
+        *slot = Slot::new(check.algorithm.counter());
     }
     slot
 }

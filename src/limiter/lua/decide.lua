@@ -11,10 +11,11 @@
 --          delete the keys and their penalty boxes.
 -- ARGV[4 + 6(i-1) ..]: algorithm, limit, window (µs), cost, param, mode of
 --          limit i. param: buckets (sliding_window), burst (token_bucket),
---          lease µs (concurrency). mode = shadow + 2 deferred + 4 block:
---          shadow (1) counts and reports, never denies; deferred (2) checks
---          without consuming (the response decides, with 'add'); block µs > 0
---          is the penalty box (`block_for`): once this limit denies the key,
+--          lease µs (concurrency), '<start>:<next end>' (calendar, whose
+--          window is the end of its period, µs since the epoch).
+--          mode = shadow + 2 deferred + 4 block: shadow (1) counts and
+--          reports, never denies; deferred (2) checks without consuming
+--          (the response decides, with 'add'); block µs > 0 is the penalty box (`block_for`): once this limit denies the key,
 --          it denies it for that long whatever the count, held at
 --          KEYS[i] .. '!b'.
 --
@@ -37,7 +38,7 @@
 -- retry_after_us}: `allowed` says whether this limit alone admits the request,
 -- `reset` the time until the limit frees a unit, `retry_after` the time until
 -- this limit alone would admit this request (0 if it would now).
-local algorithms = { sliding_log, sliding_window, fixed_window, token_bucket, concurrency }
+local algorithms = { sliding_log, sliding_window, fixed_window, token_bucket, concurrency, calendar }
 -- Set by `run` for each call: the clock (Redis's), and the call's keys and
 -- arguments (KEYS and ARGV above). A script gets them as the globals KEYS and
 -- ARGV; a Redis Function gets them as parameters, and may not call Redis
@@ -109,6 +110,7 @@ local function decide(ko, n, o)
     a.window = tonumber(call_args[b + 2])
     a.cost = tonumber(call_args[b + 3])
     a.param = tonumber(call_args[b + 4])
+    a.bounds = call_args[b + 4]
     local mode = tonumber(call_args[b + 5])
     a.shadow = mode % 2 == 1
     a.deferred = math.floor(mode / 2) % 2 == 1
