@@ -127,3 +127,22 @@ fn shipped_config_is_valid() {
     assert!(stdout.starts_with("conf/sluice.yaml: OK"), "{stdout}");
     assert!(stdout.contains("route demo"), "{stdout}");
 }
+
+/// The limits the shipped config shows as comments are valid as written:
+/// uncommented, the file still passes `--check`.
+#[test]
+fn shipped_config_examples_are_valid() {
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/sluice.yaml"))
+            .expect("read conf/sluice.yaml");
+    let uncommented: String = shipped
+        .lines()
+        .map(|line| match line.strip_prefix("      # - {") {
+            Some(rest) => format!("      - {{{rest}\n"),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(uncommented.matches("      - {").count() >= 6, "{uncommented}");
+    let (code, stderr, _) = check_text(&uncommented);
+    assert_eq!(code, 0, "{stderr}");
+}
