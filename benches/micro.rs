@@ -131,6 +131,7 @@ fn check(key: &str) -> LimitCheck<'_> {
         shadow: false,
         block: Duration::ZERO,
         deferred: false,
+        max_delay: Duration::ZERO,
     }
 }
 

@@ -35,6 +35,8 @@ pub struct RequestCtx {
     pub upstream_target: Option<Vec<u8>>,
     /// The Host to send upstream for an absolute-form request without one.
     pub upstream_host: Option<Vec<u8>>,
+    /// The client left while the request waited for its turn.
+    pub abandoned: bool,
 }
 
 impl RequestCtx {
@@ -52,6 +54,7 @@ impl RequestCtx {
             path: None,
             upstream_target: None,
             upstream_host: None,
+            abandoned: false,
         }
     }
 

@@ -98,6 +98,8 @@ mod tests {
             count_when: None,
             cost_from: None,
             calendar: None,
+            max_delay: Duration::ZERO,
+            max_waiting: 1,
         }
     }
 

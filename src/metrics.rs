@@ -31,6 +31,11 @@ pub struct Metrics {
     /// `sluice_access_log_dropped_total`: lines dropped because the access
     /// log's queue was full.
     pub access_log_dropped: IntCounter,
+    /// `sluice_ratelimit_delay_seconds{route}`: how long delayed requests
+    /// waited for their turn (`on_limit: delay`).
+    pub delays: HistogramVec,
+    /// `sluice_ratelimit_waiting`: requests waiting for their turn now.
+    pub waiting: IntGauge,
 }
 
 /// Why the front door closed or refused a client connection (the `reason`
@@ -78,6 +83,8 @@ pub enum DecisionLabel {
     Deny,
     /// A shadow limit would have denied; the request was not denied for it.
     ShadowDeny,
+    /// Admitted after waiting for its turn (`on_limit: delay`).
+    Delayed,
 }
 
 impl DecisionLabel {
@@ -87,6 +94,7 @@ impl DecisionLabel {
             DecisionLabel::Allow => "allow",
             DecisionLabel::Deny => "deny",
             DecisionLabel::ShadowDeny => "shadow_deny",
+            DecisionLabel::Delayed => "delayed",
         }
     }
 }
@@ -95,6 +103,8 @@ impl DecisionLabel {
 /// so the request path does no label hashing.
 #[derive(Clone)]
 pub struct LimitCounters {
+    /// The decisions this limit has series for, in `counters`' row order.
+    rows: &'static [DecisionLabel],
     counters: Vec<IntCounter>,
     /// `decision="exempt", source="exempt"`: requests the limit did not
     /// count; only for a limit some `exempt:` rule applies to (no series of
@@ -111,12 +121,11 @@ impl LimitCounters {
     }
 
     /// Adds one to the counter of (`decision`, `source`).
-    /// `ShadowDeny` counts only on counters made with `shadow: true`.
+    /// `ShadowDeny` counts only on counters made with `shadow: true`,
+    /// `Delayed` only on those made with `delays: true`.
     pub fn inc(&self, decision: DecisionLabel, source: Source) {
-        let row = match decision {
-            DecisionLabel::Allow => 0,
-            DecisionLabel::Deny => 1,
-            DecisionLabel::ShadowDeny => 2,
+        let Some(row) = self.rows.iter().position(|d| *d == decision) else {
+            return;
         };
         let column = Source::ALL.iter().position(|s| *s == source).unwrap_or(0);
         if let Some(counter) = self.counters.get(row * Source::ALL.len() + column) {
@@ -215,6 +224,19 @@ impl Metrics {
                 &REJECT_REASONS,
             )?,
             access_log_dropped: register(&registry, access_log_dropped)?,
+            delays: latencies(
+                &registry,
+                "sluice_ratelimit_delay_seconds",
+                "How long requests over a limit that delays waited for their turn, by route.",
+                &["route"],
+            )?,
+            waiting: register(
+                &registry,
+                IntGauge::new(
+                    "sluice_ratelimit_waiting",
+                    "Requests waiting for their turn now (on_limit: delay).",
+                )?,
+            )?,
             requests: counters(
                 &registry,
                 "sluice_requests_total",
@@ -251,21 +273,22 @@ impl Metrics {
     /// and alerts see every series from the start. A `shadow` limit also has
     /// `decision="shadow_deny"` series.
     /// `exemptible`: whether an `exempt:` rule applies to the limit.
+    /// `delays`: whether it delays (`on_limit: delay`), which adds the
+    /// `decision="delayed"` series.
     pub fn limit_counters(
         &self,
         route: &str,
         limit: &str,
         shadow: bool,
         exemptible: bool,
+        delays: bool,
     ) -> LimitCounters {
-        let decisions: &[DecisionLabel] = if shadow {
-            &[
-                DecisionLabel::Allow,
-                DecisionLabel::Deny,
-                DecisionLabel::ShadowDeny,
-            ]
-        } else {
-            &[DecisionLabel::Allow, DecisionLabel::Deny]
+        use DecisionLabel::{Allow, Delayed, Deny, ShadowDeny};
+        let decisions: &'static [DecisionLabel] = match (shadow, delays) {
+            (true, true) => &[Allow, Deny, ShadowDeny, Delayed],
+            (true, false) => &[Allow, Deny, ShadowDeny],
+            (false, true) => &[Allow, Deny, Delayed],
+            (false, false) => &[Allow, Deny],
         };
         let mut counters = Vec::with_capacity(decisions.len() * Source::ALL.len());
         for &decision in decisions {
@@ -282,7 +305,11 @@ impl Metrics {
             self.decisions
                 .with_label_values(&[route, limit, "exempt", "exempt"])
         });
-        LimitCounters { counters, exempt }
+        LimitCounters {
+            rows: decisions,
+            counters,
+            exempt,
+        }
     }
 
     /// The registry in Prometheus text format.
@@ -308,7 +335,7 @@ mod tests {
             .with_label_values(&["r"])
             .observe(0.01);
         metrics
-            .limit_counters("r", "l", false, false)
+            .limit_counters("r", "l", false, false, false)
             .inc(DecisionLabel::Deny, Source::Local);
         metrics.redis.duration.observe(0.001);
         let text = String::from_utf8(metrics.encode()).unwrap();

@@ -21,6 +21,7 @@ use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
 use crate::identity::{Claims, HeaderValues, User};
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
+use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
@@ -231,6 +232,11 @@ pub struct HeldLeases {
     keys: Vec<Keyed>,
     deferred: Vec<Keyed>,
     outcome: Outcome,
+    /// The wait before the request may proceed (`on_limit: delay`), the
+    /// limits that reserved units for it, and its places among the waiters.
+    delay: Duration,
+    delayed: Vec<Keyed>,
+    permits: Vec<WaitPermit>,
 }
 
 /// One limit that applies to a request: its index in the route, its counter
@@ -255,6 +261,29 @@ pub struct RateEntry {
 }
 
 impl HeldLeases {
+    /// The wait the request must do before it proceeds (`on_limit:
+    /// delay`); zero when it may proceed now.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The request's wait is over: its places among the waiters are free.
+    pub fn waited(&mut self) {
+        self.delay = Duration::ZERO;
+        self.permits.clear();
+    }
+
+    /// The client left while the request waited: the units reserved for it
+    /// are given back (the next request of the key can have them), and its
+    /// deferred limits count nothing, as no response will come.
+    pub async fn give_back(&mut self, state: &GatewayState, route: &CompiledRoute) {
+        self.deferred.clear();
+        let delayed = std::mem::take(&mut self.delayed);
+        let checks = checks(route, &delayed);
+        state.decider.give_back(&checks, &self.outcome).await;
+        self.waited();
+    }
+
     /// Hands the leases back to the limiter that granted them (and counts
     /// the deferred limits by `status`, if that has not happened yet).
     pub async fn release(mut self, state: &GatewayState, route: &CompiledRoute, status: u16) {
@@ -411,7 +440,10 @@ pub async fn judge<'a>(
             step: Step::Proceed(None),
         };
     }
-    let outcome = state.decider.decide(&checks(route, &keys)).await;
+    let mut checks = checks(route, &keys);
+    let permits = wait_permits(state, route, &keys, &mut checks);
+    let outcome = state.decider.decide(&checks).await;
+    drop(checks);
     count_decisions(route, &keys, &outcome);
     report.rate = rate_entries(route, &keys, &outcome.decisions);
     let verdict = verdict(route, &keys, &outcome);
@@ -430,9 +462,33 @@ pub async fn judge<'a>(
             headers: rate_headers(state, Some(route), &report.rate),
         })
     } else {
-        Step::Proceed(held_leases(route, keys, outcome))
+        Step::Proceed(held_leases(route, keys, outcome, permits))
     };
     Judgement { report, step }
+}
+
+/// Places among the waiters for the limits that delay (`on_limit: delay`):
+/// a limit that gets none (its key's `max_waiting`, or the instance's
+/// `limiter.max_waiting`, are waiting already) is decided without a delay,
+/// so a request that does not fit now is denied.
+fn wait_permits(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    keys: &[Keyed],
+    checks: &mut [LimitCheck<'_>],
+) -> Vec<(usize, WaitPermit)> {
+    let mut permits = Vec::new();
+    for (i, (check, k)) in checks.iter_mut().zip(keys).enumerate() {
+        if check.max_delay.is_zero() {
+            continue;
+        }
+        let per_key = route.limits[k.index].config.max_waiting;
+        match state.decider.wait_permit(check.key, per_key) {
+            Some(permit) => permits.push((i, permit)),
+            None => check.max_delay = Duration::ZERO,
+        }
+    }
+    permits
 }
 
 /// The configured rate-limit headers for `entries` (see [`headers`]).
@@ -617,6 +673,7 @@ pub fn limit_check<'k>(c: &LimitConfig, key: &'k str, applied: u64) -> LimitChec
         shadow: c.shadow,
         block: c.block_for,
         deferred: c.deferred(),
+        max_delay: c.max_delay,
     }
 }
 
@@ -647,6 +704,7 @@ fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) {
         // others neither admitted it nor consumed anything.
         let label = match (limit.config.shadow, decision.allowed, admitted) {
             (true, false, _) => DecisionLabel::ShadowDeny,
+            (_, true, true) if !decision.delay().is_zero() => DecisionLabel::Delayed,
             (_, _, true) => DecisionLabel::Allow,
             (false, false, false) => DecisionLabel::Deny,
             (_, true, false) => continue,
@@ -688,9 +746,15 @@ fn verdict(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) -> Verdict 
             None => (DecisionLabel::Deny, None, Duration::ZERO),
         }
     } else {
-        match denials.find(|(k, _)| shadow(&k.index)) {
-            Some((k, _)) => (DecisionLabel::ShadowDeny, Some(k.index), Duration::ZERO),
-            None => (DecisionLabel::Allow, None, Duration::ZERO),
+        let delayed = keys
+            .iter()
+            .zip(&outcome.decisions)
+            .filter(|(_, d)| !d.delay().is_zero())
+            .max_by_key(|(_, d)| d.delay());
+        match (denials.find(|(k, _)| shadow(&k.index)), delayed) {
+            (Some((k, _)), _) => (DecisionLabel::ShadowDeny, Some(k.index), Duration::ZERO),
+            (None, Some((k, _))) => (DecisionLabel::Delayed, Some(k.index), Duration::ZERO),
+            (None, None) => (DecisionLabel::Allow, None, Duration::ZERO),
         }
     };
     Verdict {
@@ -701,8 +765,16 @@ fn verdict(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) -> Verdict 
     }
 }
 
-/// The admitted concurrency leases to release when the request ends.
-fn held_leases(route: &CompiledRoute, keys: Vec<Keyed>, outcome: Outcome) -> Option<HeldLeases> {
+/// What an admitted request holds until it ends: its concurrency leases,
+/// its deferred limits, and, when a limit delays it, the wait, the limits
+/// that reserved units for it and its places among the waiters
+/// (`permits`, by index in `keys`).
+fn held_leases(
+    route: &CompiledRoute,
+    keys: Vec<Keyed>,
+    outcome: Outcome,
+    mut permits: Vec<(usize, WaitPermit)>,
+) -> Option<HeldLeases> {
     let is_lease = |i: usize| {
         matches!(
             route.limits[i].config.algorithm,
@@ -711,17 +783,29 @@ fn held_leases(route: &CompiledRoute, keys: Vec<Keyed>, outcome: Outcome) -> Opt
     };
     let mut held = Vec::new();
     let mut deferred = Vec::new();
-    for (k, d) in keys.into_iter().zip(&outcome.decisions) {
-        if d.allowed && is_lease(k.index) {
+    let mut delayed = Vec::new();
+    let mut delay = Duration::ZERO;
+    let mut waiting = Vec::new();
+    for (i, (k, d)) in keys.into_iter().zip(&outcome.decisions).enumerate() {
+        if !d.delay().is_zero() {
+            delay = delay.max(d.delay());
+            if let Some(at) = permits.iter().position(|(p, _)| *p == i) {
+                waiting.push(permits.swap_remove(at).1);
+            }
+            delayed.push(k);
+        } else if d.allowed && is_lease(k.index) {
             held.push(k);
         } else if route.limits[k.index].config.deferred() {
             deferred.push(k);
         }
     }
-    (!held.is_empty() || !deferred.is_empty()).then_some(HeldLeases {
+    (!held.is_empty() || !deferred.is_empty() || !delayed.is_empty()).then_some(HeldLeases {
         keys: held,
         deferred,
         outcome,
+        delay,
+        delayed,
+        permits: waiting,
     })
 }
 

@@ -28,6 +28,7 @@ use pingora::{Error, ErrorType};
 use prometheus::Histogram;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The gateway: the swappable [`GatewayState`](crate::state::GatewayState) plus the process-wide metrics.
 pub struct Gateway {
@@ -51,6 +52,22 @@ impl Gateway {
 }
 
 /// Writes a reply the gateway makes itself, and ends the request.
+/// Waits `wait` (a delayed request's turn, `on_limit: delay`); false if
+/// the client closed the connection meanwhile. A request whose body is still
+/// to come is not watched: its body is the upstream's to read.
+async fn wait_turn(session: &mut Session, wait: Duration) -> bool {
+    let turn = tokio::time::sleep(wait);
+    if !session.is_body_empty() && !session.is_body_done() {
+        turn.await;
+        return true;
+    }
+    tokio::select! {
+        () = turn => true,
+        // Ends only when the client closes (or sends what no request may).
+        _ = session.read_body_or_idle(true) => false,
+    }
+}
+
 async fn respond(session: &mut Session, reply: Reply) -> Result<bool> {
     let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 2))?;
     response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
@@ -122,7 +139,25 @@ impl ProxyHttp for Gateway {
         ctx.judged(judgement.report);
         match judgement.step {
             Step::Reject(rejection) => respond(session, rejection.reply()).await,
-            Step::Proceed(leases) => {
+            Step::Proceed(mut leases) => {
+                if let Some(held) = leases.as_mut().filter(|l| !l.delay().is_zero()) {
+                    let wait = held.delay();
+                    self.metrics
+                        .delays
+                        .with_label_values(&[route.name.as_str()])
+                        .observe(wait.as_secs_f64());
+                    self.metrics.waiting.inc();
+                    let stayed = wait_turn(session, wait).await;
+                    self.metrics.waiting.dec();
+                    if !stayed {
+                        held.give_back(&state, route).await;
+                        ctx.leases = leases;
+                        ctx.abandoned = true;
+                        let why = "the client left while its request waited for its turn";
+                        return Err(Error::explain(ErrorType::ConnectionClosed, why).into_down());
+                    }
+                    held.waited();
+                }
                 ctx.leases = leases;
                 let RouteAction::Respond { status, body } = &route.action else {
                     return Ok(false);
@@ -221,7 +256,8 @@ impl ProxyHttp for Gateway {
         let status = session
             .response_written()
             .map(|r| r.status.as_u16())
-            .unwrap_or(0);
+            // nginx's word for a client that left before its answer.
+            .unwrap_or(if ctx.abandoned { 499 } else { 0 });
         if let (Some(leases), Some(route)) = (leases, route) {
             leases.release(&ctx.state, route, status).await;
         }

@@ -133,6 +133,7 @@ impl GatewayState {
                             !(config.exempt.is_empty()
                                 && route.exempt.is_empty()
                                 && limit.exempt.is_empty()),
+                            !limit.max_delay.is_zero(),
                         ),
                     })
                     .collect(),

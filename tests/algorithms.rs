@@ -153,6 +153,7 @@ fn sliding_window_stays_within_its_bound() {
                 shadow: false,
                 block: Duration::ZERO,
                 deferred: false,
+                max_delay: Duration::ZERO,
             };
             if limiter.decide(&[check], &format!("m{i}"))[0].allowed {
                 admitted.push(t);

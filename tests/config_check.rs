@@ -62,6 +62,12 @@ fn bad_configs_name_file_line_column_and_reason() {
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, window: 1d, timezone: Europe/Paris}}\n"), 5, "`timezone` applies to calendar quotas only"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: day, timezone: Europe/Pariss}}\n"), 5, "unknown time zone `Europe/Pariss`"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: fortnight}}\n"), 5, "unknown variant `fortnight`"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, algorithm: concurrency, on_limit: delay}}\n"), 5, "`on_limit: delay` cannot apply to this algorithm"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, calendar: day, on_limit: delay}}\n"), 5, "`on_limit: delay` cannot apply to a calendar quota"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, max_delay: 200ms}}\n"), 5, "`max_delay` applies to `on_limit: delay` only"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: delay, max_delay: 2m}}\n"), 5, "`max_delay` must be at most 60s"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: delay, count_when: {{status: [401]}}}}\n"), 5, "cannot apply to a limit counted by its response"),
+        (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: wait}}\n"), 5, "unknown variant `wait`"),
         ("routes: [\n", 2, ""),
     ];
     for (text, line, needle) in cases {
@@ -132,9 +138,8 @@ fn shipped_config_is_valid() {
 /// uncommented, the file still passes `--check`.
 #[test]
 fn shipped_config_examples_are_valid() {
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/sluice.yaml"))
-            .expect("read conf/sluice.yaml");
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/sluice.yaml"))
+        .expect("read conf/sluice.yaml");
     let uncommented: String = shipped
         .lines()
         .map(|line| match line.strip_prefix("      # - {") {
@@ -142,7 +147,10 @@ fn shipped_config_examples_are_valid() {
             None => format!("{line}\n"),
         })
         .collect();
-    assert!(uncommented.matches("      - {").count() >= 6, "{uncommented}");
+    assert!(
+        uncommented.matches("      - {").count() >= 6,
+        "{uncommented}"
+    );
     let (code, stderr, _) = check_text(&uncommented);
     assert_eq!(code, 0, "{stderr}");
 }

@@ -49,6 +49,7 @@ fn check(key: &str, algorithm: Algorithm, limit: u64, cost: u64) -> LimitCheck<'
         shadow: false,
         block: Duration::ZERO,
         deferred: false,
+        max_delay: Duration::ZERO,
     }
 }
 

@@ -40,6 +40,7 @@ fn quota(key: &str, limit: u64, bounds: PeriodBounds) -> LimitCheck<'_> {
         shadow: false,
         block: Duration::ZERO,
         deferred: false,
+        max_delay: Duration::ZERO,
     }
 }
 

@@ -62,6 +62,7 @@ impl Default for LimiterConfig {
             deny_cache: true,
             local_max_keys: 1_000_000,
             local_share: 1.0,
+            max_waiting: 10_000,
         }
     }
 }
@@ -109,6 +110,10 @@ pub mod limit {
     pub const BUCKETS: u32 = 10;
     /// `lease` of `concurrency`.
     pub const LEASE: Duration = Duration::from_secs(30);
+    /// `max_delay` of `on_limit: delay`.
+    pub const MAX_DELAY: Duration = Duration::from_millis(500);
+    /// `max_waiting` of `on_limit: delay`: requests of one key.
+    pub const MAX_WAITING: usize = 100;
 }
 
 /// Defaults of `identity.jwt`.

@@ -117,6 +117,8 @@ pub struct LimiterFile {
     pub redis: RedisFile,
     pub on_error: Option<OnError>,
     pub deny_cache: Option<bool>,
+    /// The most requests delayed (`on_limit: delay`) at once, per instance.
+    pub max_waiting: Option<usize>,
     #[serde(default)]
     pub local: LocalFile,
 }
@@ -250,6 +252,20 @@ pub struct LimitFile {
     pub calendar: Option<PeriodFile>,
     /// The IANA time zone of the calendar's periods (UTC if absent).
     pub timezone: Option<String>,
+    /// What a request over the limit gets: reject (429) or delay.
+    pub on_limit: Option<OnLimitFile>,
+    /// `on_limit: delay`: the longest wait.
+    pub max_delay: Option<String>,
+    /// `on_limit: delay`: the most requests of one key waiting at once.
+    pub max_waiting: Option<usize>,
+}
+
+/// `limits[].on_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimitFile {
+    Reject,
+    Delay,
 }
 
 /// `limits[].calendar`.

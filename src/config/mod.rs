@@ -204,6 +204,9 @@ pub struct LimiterConfig {
     /// instance (`on_error: local`), so that N instances falling back together
     /// admit about the limit, not N times it.
     pub local_share: f64,
+    /// The most requests waiting at once on this instance (`on_limit:
+    /// delay`); beyond it, a request that does not fit now is denied.
+    pub max_waiting: usize,
 }
 
 /// `limiter.redis:`.
@@ -526,6 +529,12 @@ pub struct LimitConfig {
     /// The civil periods of a calendar quota (`calendar`, `timezone`); set
     /// exactly when the algorithm is [`Algorithm::Calendar`].
     pub calendar: Option<calendar::Calendar>,
+    /// `on_limit: delay`: the longest a request over the limit waits for
+    /// its turn instead of being denied. Zero: `on_limit: reject`.
+    pub max_delay: Duration,
+    /// `on_limit: delay`: the most requests of one key waiting at once on
+    /// this instance (≥ 1).
+    pub max_waiting: usize,
 }
 
 /// One entry of `count_when.status`.

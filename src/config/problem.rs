@@ -330,6 +330,12 @@ pub enum ProblemKind {
     /// A limit without its window.
     #[error("limit `{0}` needs a `window` (such as 10s or 1m)")]
     NeedsWindow(String),
+    /// `max_delay` or `max_waiting` without `on_limit: delay`.
+    #[error("`{0}` applies to `on_limit: delay` only")]
+    OnlyWithDelay(&'static str),
+    /// `on_limit: delay` where no wait can be reserved.
+    #[error("`on_limit: delay` cannot apply to {0}")]
+    CannotDelay(&'static str),
     /// `window` beside `calendar`.
     #[error("a calendar quota has no `window`: `calendar` sets its periods (day, week or month)")]
     CalendarWindow,

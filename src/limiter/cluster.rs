@@ -306,6 +306,7 @@ impl ClusterLimiter {
                     shadow: t.shadow,
                     block: t.block,
                     deferred: t.deferred,
+                    max_delay: t.max_delay,
                 };
                 let deadline = Instant::now() + CONNECT_TIMEOUT;
                 let mode = Mode::Refund { taken_us: t.at_us };
@@ -363,6 +364,7 @@ impl ClusterLimiter {
                             shadow: check.shadow,
                             block: check.block,
                             deferred: check.deferred,
+                            max_delay: check.max_delay,
                             at_us: now,
                         });
                     } else if !check.shadow {
@@ -407,6 +409,7 @@ struct Taken {
     shadow: bool,
     block: Duration,
     deferred: bool,
+    max_delay: Duration,
     at_us: i64,
 }
 

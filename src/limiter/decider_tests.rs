@@ -101,6 +101,7 @@ fn check(key: &str, limit: u64) -> LimitCheck<'_> {
         shadow: false,
         block: Duration::ZERO,
         deferred: false,
+        max_delay: Duration::ZERO,
     }
 }
 

@@ -149,7 +149,10 @@ impl DenyCache {
         let mut shard = self.denials.shard(check.key);
         let denial = *shard.get(check.key)?;
         if denial.until > now {
-            denial.answers(check).then(|| denial.retry_at - now)
+            // A limit that delays admits what fits within `max_delay`: the
+            // denial answers only while the wait is longer than that.
+            let wait = denial.retry_at.saturating_duration_since(now);
+            (denial.answers(check) && wait > check.max_delay).then_some(wait)
         } else {
             shard.remove(check.key);
             None
@@ -171,6 +174,7 @@ mod tests {
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
+            max_delay: Duration::ZERO,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod local;
 pub mod reconcile;
 pub mod redis;
 pub mod sharded;
+pub mod waiters;
 pub mod wire;
 
 pub use crate::config::Algorithm;
@@ -43,6 +44,11 @@ pub struct LimitCheck<'a> {
     /// Checked but not consumed: the response decides what is counted
     /// (`count_when`, `cost_from`), with [`Limiter::record`].
     pub deferred: bool,
+    /// `on_limit: delay`: a request that would fit within this wait is
+    /// admitted after it, its units reserved at the time they free (the
+    /// decision is allowed with that wait as `retry_after`). Zero: a request
+    /// that does not fit now is denied.
+    pub max_delay: Duration,
 }
 
 /// The state of one limit after a decision.
@@ -54,8 +60,22 @@ pub struct Decision {
     pub remaining: u64,
     /// Time until the window frees a unit (oldest entry expires); zero if empty.
     pub reset: Duration,
-    /// Time until this limit alone would admit the request; zero if allowed.
+    /// Time until this limit alone would admit the request: zero if it
+    /// admits it now; for an allowed decision of a limit that delays, the
+    /// wait before the request may proceed.
     pub retry_after: Duration,
+}
+
+impl Decision {
+    /// The wait an allowed decision puts before the request (`on_limit:
+    /// delay`); zero for one that admits it now, and for a denial.
+    pub fn delay(&self) -> Duration {
+        if self.allowed {
+            self.retry_after
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 impl Decision {
@@ -65,7 +85,8 @@ impl Decision {
     /// window (`sliding_window`: a window and one sub-window); `token_bucket`:
     /// `burst` refill intervals until full, `cost` of them until admitted;
     /// `concurrency`: one `lease`, and a retry of at most a second; or the
-    /// penalty box, when it is longer. The backends already keep within
+    /// penalty box, when it is longer. An allowed decision's wait (its delay)
+    /// is at most the check's `max_delay`: zero when it does not delay. The backends already keep within
     /// these bounds; this is the last guard.
     pub fn bounded(self, check: &LimitCheck<'_>) -> Self {
         let window = check.window;
@@ -84,8 +105,10 @@ impl Decision {
             Algorithm::Concurrency { lease } => (lease, Duration::from_secs(1)),
             Algorithm::Calendar { period, .. } => (period.longest(), period.longest()),
         };
-        // A penalty box (`block_for`) holds the key that long.
+        // A penalty box (`block_for`) holds the key that long; an admitted
+        // request waits at most `max_delay` (`on_limit: delay`).
         let (reset, retry) = (reset.max(check.block), retry.max(check.block));
+        let retry = if self.allowed { check.max_delay } else { retry };
         Self {
             reset: self.reset.min(reset),
             retry_after: self.retry_after.min(retry),
@@ -265,6 +288,7 @@ pub struct Decider {
     observer: Arc<dyn RedisObserver>,
     member_prefix: String,
     sequence: Arc<AtomicU64>,
+    waiters: Arc<waiters::Waiters>,
 }
 
 impl Decider {
@@ -294,6 +318,7 @@ impl Decider {
             observer,
             member_prefix: instance_id(),
             sequence: Arc::new(AtomicU64::new(0)),
+            waiters: waiters::Waiters::new(config.max_waiting),
         }
     }
 
@@ -328,6 +353,11 @@ impl Decider {
             observer: Arc::clone(&self.observer),
             member_prefix: self.member_prefix.clone(),
             sequence: Arc::clone(&self.sequence),
+            waiters: {
+                // Requests waiting under the old configuration still count.
+                self.waiters.set_max_total(config.max_waiting);
+                Arc::clone(&self.waiters)
+            },
         })
     }
 
@@ -382,6 +412,38 @@ impl Decider {
                 }
             }
             Source::Local => self.local.release(checks, &outcome.member),
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
+        }
+    }
+
+    /// A place among the requests that may wait for their turn on `key`
+    /// (`on_limit: delay`): `None` when `max_per_key` of that key, or the
+    /// instance's `limiter.max_waiting`, are waiting already.
+    pub fn wait_permit(&self, key: &str, max_per_key: usize) -> Option<waiters::WaitPermit> {
+        self.waiters.try_enter(key, max_per_key)
+    }
+
+    /// Requests holding a place to wait now.
+    pub fn waiting(&self) -> usize {
+        self.waiters.held()
+    }
+
+    /// Gives back the units a delayed request reserved on `checks` (its
+    /// client left before its turn), on the backend that reserved them. Best
+    /// effort: units not given back free with the window, as if used.
+    pub async fn give_back(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
+        if checks.is_empty() || !outcome.admitted {
+            return;
+        }
+        match outcome.source {
+            Source::Redis => {
+                if let Some(redis) = &self.redis {
+                    if let Err(e) = redis.release(checks, &outcome.member).await {
+                        log::debug!("a delayed request's units could not be given back: {e}");
+                    }
+                }
+            }
+            Source::Local => self.local.give_back(checks, &outcome.member),
             Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
         }
     }
@@ -562,6 +624,7 @@ mod tests {
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
+            max_delay: Duration::ZERO,
         }
     }
 

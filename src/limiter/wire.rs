@@ -206,7 +206,11 @@ pub(super) fn push_args(
         // The mode: shadow + 2 deferred + 4 × the penalty box in µs.
         let block = check.block.as_micros().min(1 << 50) as u64;
         let mode = u64::from(check.shadow) + 2 * u64::from(check.deferred) + 4 * block;
-        sink.push(mode);
+        if check.max_delay.is_zero() {
+            sink.push(mode);
+        } else {
+            sink.push(format!("{mode}:{}", check.max_delay.as_micros()));
+        }
     }
 }
 
@@ -354,7 +358,6 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i6
             reply.len()
         )));
     }
-    let admitted = reply[0] == 1;
     let micros = |v: i64| Duration::from_micros(v.max(0) as u64);
     let decisions = reply[2..]
         .chunks_exact(4)
@@ -362,11 +365,9 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i6
             allowed: c[0] == 1,
             remaining: c[1].max(0) as u64,
             reset: micros(c[2]),
-            retry_after: if admitted && c[0] == 1 {
-                Duration::ZERO
-            } else {
-                micros(c[3])
-            },
+            // For an admitted request, zero; or the wait of a limit that
+            // delays it (`on_limit: delay`).
+            retry_after: micros(c[3]),
         })
         .collect();
     Ok((decisions, reply[1]))
@@ -421,6 +422,7 @@ mod tests {
                 shadow: false,
                 block: Duration::ZERO,
                 deferred: false,
+                max_delay: Duration::ZERO,
             };
             let mut args: Vec<Vec<u8>> = Vec::new();
             push_args(&mut args, &[check], "m-1", Mode::Take);
@@ -443,6 +445,7 @@ mod tests {
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
+            max_delay: Duration::ZERO,
         };
         let mut args: Vec<Vec<u8>> = Vec::new();
         push_args(&mut args, &[check], "m-1", Mode::Take);

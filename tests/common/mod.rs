@@ -173,6 +173,7 @@ pub struct Upstream {
     in_flight: Arc<AtomicUsize>,
     last_headers: Arc<Mutex<Vec<(String, String)>>>,
     targets: Arc<Mutex<Vec<String>>>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -185,12 +186,14 @@ impl Upstream {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let last_headers = Arc::new(Mutex::new(Vec::new()));
         let targets = Arc::new(Mutex::new(Vec::new()));
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, f, l, t, s) = (
+        let (h, f, l, t, a, s) = (
             hits.clone(),
             in_flight.clone(),
             last_headers.clone(),
             targets.clone(),
+            arrivals.clone(),
             stop.clone(),
         );
         thread::spawn(move || {
@@ -199,8 +202,8 @@ impl Upstream {
                     break;
                 }
                 let Ok(stream) = stream else { continue };
-                let (h, f, l, t) = (h.clone(), f.clone(), l.clone(), t.clone());
-                thread::spawn(move || serve_upstream_connection(stream, &h, &f, &l, &t));
+                let (h, f, l, t, a) = (h.clone(), f.clone(), l.clone(), t.clone(), a.clone());
+                thread::spawn(move || serve_upstream_connection(stream, &h, &f, &l, &t, &a));
             }
         });
         Self {
@@ -209,8 +212,14 @@ impl Upstream {
             in_flight,
             last_headers,
             targets,
+            arrivals,
             stop,
         }
+    }
+
+    /// When each request it received arrived, in order.
+    pub fn arrivals(&self) -> Vec<Instant> {
+        self.arrivals.lock().unwrap().clone()
     }
 
     /// The request targets it received, in order, as sent on the wire.
@@ -251,6 +260,7 @@ fn serve_upstream_connection(
     in_flight: &AtomicUsize,
     last: &Mutex<Vec<(String, String)>>,
     targets: &Mutex<Vec<String>>,
+    arrivals: &Mutex<Vec<Instant>>,
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let mut writer = match stream.try_clone() {
@@ -289,6 +299,7 @@ fn serve_upstream_connection(
         }
         *last.lock().unwrap() = headers;
         if let Some(target) = request_line.split_whitespace().nth(1) {
+            arrivals.lock().unwrap().push(Instant::now());
             targets.lock().unwrap().push(target.to_string());
         }
         let delay = request_line

@@ -3,7 +3,7 @@
 use super::super::calendar::{Calendar, Period, PeriodBounds};
 use super::super::checker::Checker;
 use super::super::defaults::limit as defaults;
-use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile, PeriodFile};
+use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile, OnLimitFile, PeriodFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
 use super::super::{
@@ -75,6 +75,7 @@ pub(super) fn limit(
     let (limit_from, plans, overrides) = plans_and_overrides(c, path, f, &key, cost, kind);
     let block_for = block_for(c, path, f, kind);
     let (count_when, cost_from) = deferred(c, path, f, kind);
+    let (max_delay, max_waiting) = on_limit(c, path, f, kind);
     LimitConfig {
         name: f.name.clone(),
         key,
@@ -93,7 +94,75 @@ pub(super) fn limit(
         count_when,
         cost_from,
         calendar,
+        max_delay,
+        max_waiting,
     }
+}
+
+/// The longest `max_delay`: a request holds its connection while it waits.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// `on_limit`, `max_delay` and `max_waiting`: whether a request over the
+/// limit waits for its turn, how long at most, and how many of one key may.
+fn on_limit(
+    c: &mut Checker,
+    path: &KeyPath,
+    f: &LimitFile,
+    kind: AlgorithmFile,
+) -> (Duration, usize) {
+    let delays = f.on_limit == Some(OnLimitFile::Delay);
+    if !delays {
+        for (key, present) in [
+            ("max_delay", f.max_delay.is_some()),
+            ("max_waiting", f.max_waiting.is_some()),
+        ] {
+            if present {
+                c.problem(&path.key(key), ProblemKind::OnlyWithDelay(key));
+            }
+        }
+        return (Duration::ZERO, defaults::MAX_WAITING);
+    }
+    let at = path.key("on_limit");
+    let why = if f.calendar.is_some() {
+        Some("a calendar quota (its units free at the period's end)")
+    } else if !matches!(kind, AlgorithmFile::SlidingLog | AlgorithmFile::TokenBucket) {
+        Some("this algorithm: only sliding_log and token_bucket reserve a unit's time")
+    } else if f.shadow {
+        Some("a shadow limit (it never denies)")
+    } else if f.count_when.is_some() || f.cost_from.is_some() {
+        Some("a limit counted by its response (`count_when`, `cost_from`)")
+    } else if f.share.is_some() {
+        Some("a shared counter")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        c.problem(&at, ProblemKind::CannotDelay(why));
+    }
+    let delay_at = path.key("max_delay");
+    let max_delay = c.duration(&delay_at, f.max_delay.as_deref(), defaults::MAX_DELAY);
+    if max_delay < Duration::from_millis(1) {
+        let kind = ProblemKind::AtLeast {
+            key: "max_delay",
+            min: "1ms",
+        };
+        c.problem(&delay_at, kind);
+    } else if max_delay > MAX_DELAY {
+        let kind = ProblemKind::AtMost {
+            key: "max_delay",
+            max: "60s",
+        };
+        c.problem(&delay_at, kind);
+    }
+    let max_waiting = f.max_waiting.unwrap_or(defaults::MAX_WAITING);
+    if max_waiting == 0 {
+        let kind = ProblemKind::AtLeast {
+            key: "max_waiting",
+            min: "1",
+        };
+        c.problem(&path.key("max_waiting"), kind);
+    }
+    (max_delay, max_waiting)
 }
 
 /// `calendar` and `timezone`: a quota counted per civil period. The

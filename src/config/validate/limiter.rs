@@ -25,8 +25,17 @@ pub(super) fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
         };
         c.problem(&at("max_keys"), kind);
     }
+    let max_waiting = f.max_waiting.unwrap_or(d.max_waiting);
+    if max_waiting == 0 {
+        let kind = ProblemKind::AtLeast {
+            key: "max_waiting",
+            min: "1",
+        };
+        c.problem(&KeyPath::root("limiter").key("max_waiting"), kind);
+    }
     LimiterConfig {
         backend,
+        max_waiting,
         redis,
         on_error: f.on_error.unwrap_or(d.on_error),
         deny_cache: f.deny_cache.unwrap_or(d.deny_cache),

@@ -65,6 +65,8 @@ pub(super) struct Params {
     param: u64,
     /// A calendar quota's periods (zero for the other algorithms).
     bounds: PeriodBounds,
+    /// `on_limit: delay`: the longest wait, µs (zero: none).
+    max_delay: u64,
 }
 
 impl Params {
@@ -85,6 +87,7 @@ impl Params {
             cost: check.cost,
             param,
             bounds,
+            max_delay: micros_of(check.max_delay),
         }
     }
 }
@@ -100,6 +103,18 @@ pub(super) trait Counter: Send {
     fn report(&self, now: u64, p: &Params) -> (u64, u64, u64);
     /// Releases what `member` holds (concurrency leases); others ignore it.
     fn release(&mut self, _member: &str) {}
+    /// For a limit that delays, after `peek` said no: the wait (µs) until
+    /// `cost` more units fit, if waiting can make them fit.
+    fn wait(&mut self, _now: u64, _p: &Params) -> Option<u64> {
+        None
+    }
+    /// Reserves `cost` units for `member` at the time `wait` found; returns
+    /// (remaining, reset µs).
+    fn reserve(&mut self, now: u64, p: &Params, member: &str) -> (u64, u64) {
+        self.take(now, p, member)
+    }
+    /// Gives back the units `member` reserved (it left while waiting).
+    fn give_back(&mut self, _member: &str, _p: &Params) {}
     /// Whether nothing it holds still counts at `now`.
     fn is_idle(&self, now: u64) -> bool;
 }
@@ -176,9 +191,18 @@ impl<C: Clock> LocalLimiter<C> {
         for (check, &g) in checks.iter().zip(&slots) {
             let slot = slot_for(&mut guards[g], check, capacity, now);
             let boxed = !check.block.is_zero() && slot.boxed_until > now;
-            let ok = !boxed && slot.counter.peek(now, &Params::of(check));
+            let p = Params::of(check);
+            let mut ok = !boxed && slot.counter.peek(now, &p);
+            // A limit that delays admits what fits within its longest wait.
+            let mut wait = 0;
+            if !ok && !boxed && p.max_delay > 0 {
+                if let Some(w) = slot.counter.wait(now, &p).filter(|&w| w <= p.max_delay) {
+                    ok = true;
+                    wait = w;
+                }
+            }
             admit &= ok || check.shadow;
-            fits.push(ok);
+            fits.push((ok, wait));
         }
 
         // Pass 2: consume (if admitted) and report.
@@ -186,7 +210,7 @@ impl<C: Clock> LocalLimiter<C> {
             .iter()
             .zip(&slots)
             .zip(fits)
-            .map(|((check, &g), ok)| {
+            .map(|((check, &g), (ok, wait))| {
                 let p = Params::of(check);
                 let Some(slot) = guards[g].get_mut(check.key) else {
                     return Decision {
@@ -196,7 +220,16 @@ impl<C: Clock> LocalLimiter<C> {
                         retry_after: Duration::ZERO,
                     };
                 };
-                if admit && ok && !check.deferred {
+                if admit && ok && !check.deferred && wait > 0 {
+                    // Admitted after `wait`: its units reserved for then.
+                    let (remaining, reset) = slot.counter.reserve(now, &p, member);
+                    Decision {
+                        allowed: true,
+                        remaining,
+                        reset: micros(reset),
+                        retry_after: micros(wait),
+                    }
+                } else if admit && ok && !check.deferred {
                     let (remaining, reset) = slot.counter.take(now, &p, member);
                     Decision {
                         allowed: true,
@@ -230,6 +263,17 @@ impl<C: Clock> LocalLimiter<C> {
                 }
             })
             .collect()
+    }
+
+    /// Gives back the units `member` reserved on `checks` (a delayed
+    /// request whose client left while it waited).
+    pub fn give_back(&self, checks: &[LimitCheck<'_>], member: &str) {
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
+        for (check, &g) in checks.iter().zip(&slots) {
+            if let Some(slot) = guards[g].get_mut(check.key) {
+                slot.counter.give_back(member, &Params::of(check));
+            }
+        }
     }
 
     /// Consumes each check's cost under `member` whatever the limit holds
@@ -283,6 +327,7 @@ impl<C: Clock> Limiter for LocalLimiter<C> {
             .iter()
             .map(|c| LimitCheck {
                 deferred: true,
+                max_delay: Duration::ZERO,
                 block: Duration::ZERO,
                 ..*c
             })
@@ -372,7 +417,78 @@ mod tests {
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
+            max_delay: Duration::ZERO,
         }
+    }
+
+    /// `on_limit: delay` in process: a sliding log reserves each waiting
+    /// unit at the time the unit blocking it leaves the window (never more
+    /// than the limit in any window), denies what would wait longer than
+    /// `max_delay`, and a unit given back frees its turn.
+    #[test]
+    fn a_sliding_log_that_delays_reserves_turns_and_takes_them_back() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let delaying = LimitCheck {
+            max_delay: Duration::from_millis(1_500),
+            ..check("d", 2, 1_000)
+        };
+        clock.set_ms(10_000);
+        let waits: Vec<(bool, Duration)> = (0..5)
+            .map(|i| {
+                let d = limiter.decide(&[delaying], &format!("m{i}"))[0];
+                (d.allowed, d.delay())
+            })
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            waits,
+            [
+                (true, ms(0)),
+                (true, ms(0)),
+                (true, ms(1_000)),
+                (true, ms(1_000)),
+                (false, ms(0)),
+            ]
+        );
+        // m2 leaves: its turn at 11 s is free for the next request.
+        limiter.give_back(&[delaying], "m2");
+        clock.set_ms(10_400);
+        let next = limiter.decide(&[delaying], "m5")[0];
+        assert_eq!((next.allowed, next.delay()), (true, ms(600)));
+        // At 11 s the two reserved units are admitted, and the log holds
+        // no more than 2 in any window.
+        clock.set_ms(11_000);
+        let full = limiter.decide(&[delaying], "m6")[0];
+        assert_eq!((full.allowed, full.delay()), (true, ms(1_000)));
+    }
+
+    #[test]
+    fn a_token_bucket_that_delays_paces_at_its_rate() {
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let paced = LimitCheck {
+            algorithm: Algorithm::TokenBucket { burst: 1 },
+            max_delay: Duration::from_millis(300),
+            ..check("t", 10, 1_000)
+        };
+        clock.set_ms(5_000);
+        let delays: Vec<Option<u64>> = (0..6)
+            .map(|i| {
+                let d = limiter.decide(&[paced], &format!("m{i}"))[0];
+                d.allowed.then(|| d.delay().as_millis() as u64)
+            })
+            .collect();
+        assert_eq!(
+            delays,
+            [Some(0), Some(100), Some(200), Some(300), None, None]
+        );
+        limiter.give_back(&[paced], "m3");
+        let again = limiter.decide(&[paced], "m6")[0];
+        assert_eq!(
+            (again.allowed, again.delay()),
+            (true, Duration::from_millis(300))
+        );
     }
 
     #[test]
@@ -382,6 +498,7 @@ mod tests {
         let boxed = LimitCheck {
             block: Duration::from_secs(60),
             deferred: false,
+            max_delay: Duration::ZERO,
             ..check("b", 2, 1_000)
         };
         clock.set_ms(1_000);
@@ -470,6 +587,7 @@ mod tests {
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
+            max_delay: Duration::ZERO,
         };
         assert!(limiter.decide(&[c], "m")[0].allowed);
         let second = limiter.decide(&[c], "m")[0];

@@ -3,11 +3,22 @@
 use super::{Counter, Params};
 use std::collections::VecDeque;
 
-/// Admit times (µs) of the units in the window, oldest first.
+/// Admit times (µs) of the units in the window, oldest first (a delayed
+/// request's units are reserved at a time still to come).
 #[derive(Debug, Default)]
 pub(super) struct SlidingLog {
     admitted: VecDeque<u64>,
     window: u64,
+    /// The time the last `wait` found, for `reserve`.
+    wait_until: u64,
+    /// Reservations still to come: (time, member's tag), to give back.
+    reserved: Vec<(u64, u64)>,
+}
+
+/// A short tag for a member (the entries themselves hold no member).
+fn tag(member: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(member)
 }
 
 impl SlidingLog {
@@ -38,9 +49,51 @@ impl Counter for SlidingLog {
         } else {
             p.window
         };
-        self.admitted
-            .extend(std::iter::repeat_n(now, p.cost as usize));
+        // Before any reservation still to come, to keep the log in order.
+        let at = self.admitted.partition_point(|&t| t <= now);
+        for _ in 0..p.cost {
+            self.admitted.insert(at, now);
+        }
         (p.limit.saturating_sub(count + p.cost), reset)
+    }
+
+    fn wait(&mut self, now: u64, p: &Params) -> Option<u64> {
+        let count = self.admitted.len() as u64;
+        let excess = (count + p.cost).checked_sub(p.limit).filter(|&e| e > 0)?;
+        if p.cost > p.limit {
+            return None;
+        }
+        let frees = self.admitted.get(excess as usize - 1)? + self.window;
+        let last = self.admitted.back().copied().unwrap_or(0);
+        self.wait_until = frees.max(last).max(now);
+        Some(self.wait_until - now)
+    }
+
+    fn reserve(&mut self, now: u64, p: &Params, member: &str) -> (u64, u64) {
+        let reset = self.frees(0, now);
+        let at = self.wait_until;
+        self.admitted
+            .extend(std::iter::repeat_n(at, p.cost as usize));
+        self.reserved.retain(|&(t, _)| t > now);
+        self.reserved.push((at, tag(member)));
+        (0, reset)
+    }
+
+    fn give_back(&mut self, member: &str, p: &Params) {
+        let tag = tag(member);
+        let Some(i) = self.reserved.iter().position(|&(_, m)| m == tag) else {
+            return;
+        };
+        let (at, _) = self.reserved.swap_remove(i);
+        // Exactly its own units: other reservations may share the time.
+        for _ in 0..p.cost {
+            match self.admitted.iter().rposition(|&t| t == at) {
+                Some(j) => {
+                    self.admitted.remove(j);
+                }
+                None => break,
+            }
+        }
     }
 
     fn report(&self, now: u64, p: &Params) -> (u64, u64, u64) {

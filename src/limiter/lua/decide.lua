@@ -35,7 +35,8 @@
 -- request consumes nothing anywhere.
 --
 -- Returns {admitted, now, then per key: allowed, remaining, reset_us,
--- retry_after_us}: `allowed` says whether this limit alone admits the request,
+-- retry_after_us}: `allowed` says whether this limit alone admits the request
+-- (an allowed limit with a retry_after admits it after that wait: a delay),
 -- `reset` the time until the limit frees a unit, `retry_after` the time until
 -- this limit alone would admit this request (0 if it would now).
 local algorithms = { sliding_log, sliding_window, fixed_window, token_bucket, concurrency, calendar }
@@ -87,7 +88,7 @@ end
 -- Tables reused from one decision to the next (decisions run one at a time
 -- and every field is written before it is read): a batch of 64 decisions
 -- would otherwise allocate a few hundred small tables for the collector.
-local limit_pool, fit_pool, state_pool, boxed_pool = {}, {}, {}, {}
+local limit_pool, fit_pool, state_pool, boxed_pool, wait_pool = {}, {}, {}, {}, {}
 
 -- The penalty box of `key`: its own key, in the same slot (after the tag).
 local function box_of(key)
@@ -111,7 +112,16 @@ local function decide(ko, n, o)
     a.cost = tonumber(call_args[b + 3])
     a.param = tonumber(call_args[b + 4])
     a.bounds = call_args[b + 4]
+    -- The mode is a number, or 'mode:max_delay' for a limit that delays
+    -- (`on_limit: delay`): a request that would fit within max_delay µs
+    -- reserves its units at the time they free and is admitted with that
+    -- wait as its retry_after.
     local mode = tonumber(call_args[b + 5])
+    a.delay = 0
+    if mode == nil then
+      local m, d = string.match(call_args[b + 5], '^(%d+):(%d+)$')
+      mode, a.delay = tonumber(m), tonumber(d)
+    end
     a.shadow = mode % 2 == 1
     a.deferred = math.floor(mode / 2) % 2 == 1
     a.block = math.floor(mode / 4)
@@ -147,10 +157,12 @@ local function decide(ko, n, o)
   local fits = fit_pool
   local states = state_pool
   local boxed = boxed_pool
+  local waits = wait_pool
   local admit = 1
   for i = 1, n do
     local a = limits[i]
     boxed[i] = 0
+    waits[i] = 0
     if a.block > 0 then
       local left = redis.call('PTTL', box_of(call_keys[ko + i]))
       if left > 0 then
@@ -161,6 +173,13 @@ local function decide(ko, n, o)
       fits[i] = false
     else
       fits[i], states[i] = peek(call_keys[ko + i], a)
+      if not fits[i] and a.delay > 0 and not peeking then
+        local wait = a.algorithm.wait(call_keys[ko + i], now, a, states[i])
+        if wait ~= nil and wait <= a.delay then
+          fits[i] = true
+          waits[i] = wait
+        end
+      end
     end
     if not fits[i] and not a.shadow then
       admit = 0
@@ -175,8 +194,14 @@ local function decide(ko, n, o)
     if boxed[i] > 0 then
       remaining, reset, retry = 0, boxed[i], boxed[i]
     elseif admit == 1 and fits[i] and not a.deferred and not peeking then
-      remaining, reset = a.algorithm.take(key, now, a, states[i], member)
-      retry = 0
+      if waits[i] > 0 then
+        -- Admitted after a wait: allowed, with the wait as retry_after.
+        remaining, reset = a.algorithm.reserve(key, now, a, states[i], member)
+        retry = waits[i]
+      else
+        remaining, reset = a.algorithm.take(key, now, a, states[i], member)
+        retry = 0
+      end
     else
       remaining, reset, retry = a.algorithm.report(key, now, a, states[i])
       if not fits[i] and a.block > 0 and not peeking then

@@ -35,7 +35,13 @@ function sliding_log.take(key, now, a, s, member)
   for j = 2, a.cost do
     redis.call('ZADD', key, now, member .. '.' .. j)
   end
-  redis.call('PEXPIRE', key, math.ceil(a.window / 1000) + 1)
+  local last = now
+  if a.delay > 0 and s.count > 0 then
+    -- Reservations may lie in the future: the key lives until the last
+    -- one leaves the window.
+    last = math.max(now, tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]))
+  end
+  redis.call('PEXPIRE', key, math.ceil((last - now + a.window) / 1000) + 1)
   local reset = a.window
   if s.count > 0 then
     reset = s.oldest + a.window - now
@@ -62,4 +68,32 @@ function sliding_log.refund(key, a, member, taken)
   for j = 2, a.cost do
     redis.call('ZREM', key, member .. '.' .. j)
   end
+end
+
+-- For a limit that delays: the wait until `cost` more units fit, given the
+-- units already admitted or reserved (some may lie in the future). The units
+-- go at the time the unit that blocks them leaves the window, and never
+-- before the last reservation, so any window holds at most `limit`.
+function sliding_log.wait(key, now, a, s)
+  local excess = s.count + a.cost - a.limit
+  if excess <= 0 or a.cost > a.limit then
+    return nil
+  end
+  local at = oldest_frees(key, now, a, excess - 1) + now
+  local last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  if last > at then
+    at = last
+  end
+  s.at = at
+  return at - now
+end
+
+-- Reserves `cost` units at the time `wait` found; returns remaining, reset.
+function sliding_log.reserve(key, now, a, s, member)
+  redis.call('ZADD', key, s.at, member)
+  for j = 2, a.cost do
+    redis.call('ZADD', key, s.at, member .. '.' .. j)
+  end
+  redis.call('PEXPIRE', key, math.ceil((s.at - now + a.window) / 1000) + 1)
+  return 0, s.oldest + a.window - now
 end

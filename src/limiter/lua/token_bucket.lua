@@ -6,8 +6,9 @@
 -- when the bucket would be full again. A request of `cost` units is admitted
 -- if TAT' - burst·T <= now, where TAT' = max(TAT, now) + cost·T.
 --
--- A TAT beyond now + burst·T cannot come from these parameters (admission
--- keeps TAT' <= now + burst·T); it was written under a longer window or a
+-- A TAT beyond now + burst·T + max_delay cannot come from these parameters
+-- (admission keeps TAT' <= now + burst·T, and a delayed admission within
+-- max_delay of that); it was written under a longer window or a
 -- larger burst (a reload). It is read as an empty bucket under the current
 -- ones, so the wait for `cost` units is never more than cost·T.
 local token_bucket = {}
@@ -18,8 +19,8 @@ function token_bucket.peek(key, now, a)
   local tat = tonumber(redis.call('GET', key)) or now
   if tat < now then
     tat = now
-  elseif tat > now + interval * a.param then
-    tat = now + interval * a.param
+  elseif tat > now + interval * a.param + a.delay then
+    tat = now + interval * a.param + a.delay
   end
   local new_tat = tat + interval * a.cost
   local allow_at = new_tat - interval * a.param
@@ -52,4 +53,15 @@ function token_bucket.refund(key, a, member, taken)
     local interval = math.ceil(a.window / a.limit)
     redis.call('SET', key, string.format('%.0f', tat - interval * a.cost), 'KEEPTTL')
   end
+end
+
+-- For a limit that delays: the wait until `cost` units are in the bucket.
+function token_bucket.wait(key, now, a, s)
+  return s.allow_at - now
+end
+
+-- Takes the units now, their wait ahead of them; returns remaining, reset.
+function token_bucket.reserve(key, now, a, s, member)
+  redis.call('SET', key, string.format('%.0f', s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
+  return 0, s.new_tat - now
 end
