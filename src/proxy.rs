@@ -142,10 +142,9 @@ impl ProxyHttp for Gateway {
             Step::Proceed(mut leases) => {
                 if let Some(held) = leases.as_mut().filter(|l| !l.delay().is_zero()) {
                     let wait = held.delay();
-                    self.metrics
-                        .delays
-                        .with_label_values(&[route.name.as_str()])
-                        .observe(wait.as_secs_f64());
+                    if let Some(delays) = &route.delays {
+                        delays.observe(wait.as_secs_f64());
+                    }
                     self.metrics.waiting.inc();
                     let stayed = wait_turn(session, wait).await;
                     self.metrics.waiting.dec();

@@ -52,6 +52,9 @@ pub struct CompiledRoute {
     pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
     pub duration: Histogram,
+    /// `sluice_ratelimit_delay_seconds{route}`, for a route with a limit
+    /// that delays (`on_limit: delay`); its series start at zero.
+    pub delays: Option<Histogram>,
 }
 
 /// One limit of a route, with its decision counters.
@@ -145,6 +148,11 @@ impl GatewayState {
                 duration: metrics
                     .request_duration
                     .with_label_values(&[route.name.as_str()]),
+                delays: route
+                    .limits
+                    .iter()
+                    .any(|l| !l.max_delay.is_zero())
+                    .then(|| metrics.delays.with_label_values(&[route.name.as_str()])),
             })
             .collect();
         Ok(Self {

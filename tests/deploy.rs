@@ -114,6 +114,7 @@ routes:
     respond: { status: 200, body: "ok" }
     limits:
       - { name: per-ip, key: [ip], limit: 5, window: 10s }
+      - { name: paced, key: [ip], limit: 5, window: 1s, on_limit: delay }
 "#,
     );
     sluice.get("/", &[]);
