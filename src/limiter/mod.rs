@@ -278,6 +278,17 @@ pub struct Outcome {
     pub member: String,
 }
 
+/// What an admitted request does on the backend that admitted it, later.
+#[derive(Debug, Clone, Copy)]
+enum AfterAdmission {
+    /// Its response ended: release its concurrency leases.
+    Release,
+    /// Its client left while it waited: give back its reserved units.
+    GiveBack,
+    /// Its response head came: count its deferred limits.
+    Record,
+}
+
 /// The primary limiter plus the failure policy.
 pub struct Decider {
     settings: LimiterConfig,
@@ -400,20 +411,8 @@ impl Decider {
     /// its concurrency limits; `outcome`: what [`Decider::decide`] answered).
     /// A lease that cannot be released expires after its `lease` time.
     pub async fn release(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
-        if checks.is_empty() || !outcome.admitted {
-            return;
-        }
-        match outcome.source {
-            Source::Redis => {
-                if let Some(redis) = &self.redis {
-                    if let Err(e) = redis.release(checks, &outcome.member).await {
-                        log::debug!("lease release failed (it expires by itself): {e}");
-                    }
-                }
-            }
-            Source::Local => self.local.release(checks, &outcome.member),
-            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
-        }
+        self.after_admission(AfterAdmission::Release, checks, outcome)
+            .await;
     }
 
     /// A place among the requests that may wait for their turn on `key`
@@ -432,20 +431,8 @@ impl Decider {
     /// client left before its turn), on the backend that reserved them. Best
     /// effort: units not given back free with the window, as if used.
     pub async fn give_back(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
-        if checks.is_empty() || !outcome.admitted {
-            return;
-        }
-        match outcome.source {
-            Source::Redis => {
-                if let Some(redis) = &self.redis {
-                    if let Err(e) = redis.release(checks, &outcome.member).await {
-                        log::debug!("a delayed request's units could not be given back: {e}");
-                    }
-                }
-            }
-            Source::Local => self.local.give_back(checks, &outcome.member),
-            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
-        }
+        self.after_admission(AfterAdmission::GiveBack, checks, outcome)
+            .await;
     }
 
     /// Counts a deferred limit's response: consumes each check's cost under
@@ -453,18 +440,53 @@ impl Decider {
     /// a failure is logged and the units are not counted (bounded by the
     /// budget).
     pub async fn record(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
+        self.after_admission(AfterAdmission::Record, checks, outcome)
+            .await;
+    }
+
+    /// Does `step` for an admitted request's `checks` on the backend that
+    /// admitted it (nothing for one admitted without a backend: deny cache,
+    /// fail open). A Redis failure is logged, never returned.
+    async fn after_admission(
+        &self,
+        step: AfterAdmission,
+        checks: &[LimitCheck<'_>],
+        outcome: &Outcome,
+    ) {
         if checks.is_empty() || !outcome.admitted {
             return;
         }
+        let member = outcome.member.as_str();
         match outcome.source {
             Source::Redis => {
-                if let Some(redis) = &self.redis {
-                    if let Err(e) = redis.record(checks, &outcome.member).await {
-                        log::warn!("a counted response could not be recorded in Redis: {e}");
+                let Some(redis) = &self.redis else {
+                    return;
+                };
+                let result = match step {
+                    AfterAdmission::Release | AfterAdmission::GiveBack => {
+                        redis.release(checks, member).await
+                    }
+                    AfterAdmission::Record => redis.record(checks, member).await,
+                };
+                if let Err(e) = result {
+                    match step {
+                        AfterAdmission::Release => {
+                            log::debug!("lease release failed (it expires by itself): {e}")
+                        }
+                        AfterAdmission::GiveBack => {
+                            log::debug!("a delayed request's units could not be given back: {e}")
+                        }
+                        AfterAdmission::Record => {
+                            log::warn!("a counted response could not be recorded in Redis: {e}")
+                        }
                     }
                 }
             }
-            Source::Local => self.local.record(checks, &outcome.member),
+            Source::Local => match step {
+                AfterAdmission::Release => self.local.release(checks, member),
+                AfterAdmission::GiveBack => self.local.give_back(checks, member),
+                AfterAdmission::Record => self.local.record(checks, member),
+            },
             Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
         }
     }

@@ -429,7 +429,7 @@ mod tests {
             let code: usize = std::str::from_utf8(&args[3]).unwrap().parse().unwrap();
             assert_eq!(lua.get(code - 1), Some(&algorithm.name()), "code {code}");
         }
-        assert_eq!(lua.len(), 5);
+        assert_eq!(lua.len(), 6);
     }
 
     #[test]

@@ -1,14 +1,13 @@
 //! In-process twin of `lua/calendar.lua`: one counter per civil period, the
-//! period picked among the check's bounds by this limiter's clock.
+//! period picked among the check's bounds by this limiter's clock, counted
+//! as a fixed window whose index is the period's end.
 
+use super::fixed_window::FixedWindow;
 use super::{Counter, Params};
 
-/// The current period's end and the units admitted in it.
+/// The current period's counter.
 #[derive(Debug, Default)]
-pub(super) struct CalendarCounter {
-    ends: u64,
-    count: u64,
-}
+pub(super) struct CalendarCounter(FixedWindow);
 
 /// The end of the period holding `now`. A clock beyond the bounds (they are
 /// computed from the same clock, so never in practice) counts in the last.
@@ -31,36 +30,18 @@ fn period_end(now: u64, p: &Params) -> u64 {
 impl Counter for CalendarCounter {
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let ends = period_end(now, p);
-        if ends != self.ends {
-            self.ends = ends;
-            self.count = 0;
-        }
-        self.count + p.cost <= p.limit
+        self.0.enter(ends, ends, p)
     }
 
-    fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {
-        let count = self.count;
-        self.count += p.cost;
-        (
-            p.limit.saturating_sub(count + p.cost),
-            self.ends.saturating_sub(now),
-        )
+    fn take(&mut self, now: u64, p: &Params, member: &str) -> (u64, u64) {
+        self.0.take(now, p, member)
     }
 
     fn report(&self, now: u64, p: &Params) -> (u64, u64, u64) {
-        if self.count == 0 {
-            return (p.limit, 0, 0);
-        }
-        let left = self.ends.saturating_sub(now);
-        let retry = if self.count + p.cost > p.limit {
-            left
-        } else {
-            0
-        };
-        (p.limit.saturating_sub(self.count), left, retry)
+        self.0.report(now, p)
     }
 
     fn is_idle(&self, now: u64) -> bool {
-        self.count == 0 || now >= self.ends
+        self.0.is_idle(now)
     }
 }

@@ -10,15 +10,23 @@ pub(super) struct FixedWindow {
     ends: u64,
 }
 
+impl FixedWindow {
+    /// Counts in the period `index`, which ends at `ends` (µs): a new
+    /// period starts from zero. Whether `cost` more units fit in it.
+    pub(super) fn enter(&mut self, index: u64, ends: u64, p: &Params) -> bool {
+        if index != self.index {
+            self.index = index;
+            self.count = 0;
+        }
+        self.ends = ends;
+        self.count + p.cost <= p.limit
+    }
+}
+
 impl Counter for FixedWindow {
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let current = now / p.window;
-        if current != self.index {
-            self.index = current;
-            self.count = 0;
-        }
-        self.ends = (current + 1) * p.window;
-        self.count + p.cost <= p.limit
+        self.enter(current, (current + 1) * p.window, p)
     }
 
     fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {
