@@ -71,6 +71,19 @@ pub enum Rejection<'a> {
         /// The route's name.
         route: &'a str,
     },
+    /// The upstream could not be reached or answered wrongly (refused,
+    /// reset, no healthy server): 502.
+    BadGateway {
+        /// The route's name, if one matched.
+        route: Option<&'a str>,
+    },
+    /// The upstream did not connect or answer in time: 504.
+    GatewayTimeout {
+        /// The route's name, if one matched.
+        route: Option<&'a str>,
+    },
+    /// Something in the gateway itself failed: 500.
+    Internal,
 }
 
 /// A response the gateway writes itself.
@@ -150,6 +163,23 @@ impl Rejection<'_> {
                     ..ErrorBody::only("rate_limiter_unavailable")
                 },
             ),
+            Rejection::BadGateway { route } => (
+                502,
+                Vec::new(),
+                ErrorBody {
+                    route: *route,
+                    ..ErrorBody::only("bad_gateway")
+                },
+            ),
+            Rejection::GatewayTimeout { route } => (
+                504,
+                Vec::new(),
+                ErrorBody {
+                    route: *route,
+                    ..ErrorBody::only("gateway_timeout")
+                },
+            ),
+            Rejection::Internal => (500, Vec::new(), ErrorBody::only("internal_error")),
         };
         // Serialising plain strings and numbers cannot fail.
         let body = serde_json::to_vec(&body).unwrap_or_default();

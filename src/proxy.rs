@@ -22,9 +22,9 @@ use async_trait::async_trait;
 use http::header;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::Peer;
-use pingora::{Error, ErrorType};
+use pingora::{Error, ErrorSource, ErrorType};
 use prometheus::Histogram;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -51,7 +51,6 @@ impl Gateway {
     }
 }
 
-/// Writes a reply the gateway makes itself, and ends the request.
 /// Waits `wait` (a delayed request's turn, `on_limit: delay`); false if
 /// the client closed the connection meanwhile. A request whose body is still
 /// to come is not watched: its body is the upstream's to read.
@@ -68,8 +67,13 @@ async fn wait_turn(session: &mut Session, wait: Duration) -> bool {
     }
 }
 
-async fn respond(session: &mut Session, reply: Reply) -> Result<bool> {
-    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 2))?;
+/// Writes a reply the gateway makes itself, and ends the request.
+/// `server`: the configured `Server` header, if any.
+async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) -> Result<bool> {
+    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 3))?;
+    if let Some(server) = server {
+        response.insert_header(header::SERVER, server)?;
+    }
     response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
     response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
     for (name, value) in reply.headers {
@@ -125,7 +129,8 @@ impl ProxyHttp for Gateway {
                     ctx.path =
                         Some(String::from_utf8_lossy(session.req_header().raw_path()).into());
                 }
-                return respond(session, rejection.reply()).await;
+                let server = state.config.server.server_header.as_deref();
+                return respond(session, rejection.reply(), server).await;
             }
         };
         let route = &state.compiled[routed.route];
@@ -138,7 +143,10 @@ impl ProxyHttp for Gateway {
         let judgement = policy::judge(&state, route, &view).await;
         ctx.judged(judgement.report);
         match judgement.step {
-            Step::Reject(rejection) => respond(session, rejection.reply()).await,
+            Step::Reject(rejection) => {
+                let server = state.config.server.server_header.as_deref();
+                respond(session, rejection.reply(), server).await
+            }
             Step::Proceed(mut leases) => {
                 if let Some(held) = leases.as_mut().filter(|l| !l.delay().is_zero()) {
                     let wait = held.delay();
@@ -162,7 +170,8 @@ impl ProxyHttp for Gateway {
                     return Ok(false);
                 };
                 let headers = policy::rate_headers(&state, Some(route), &ctx.rate);
-                respond(session, policy::fixed_reply(*status, body, headers)).await
+                let server = state.config.server.server_header.as_deref();
+                respond(session, policy::fixed_reply(*status, body, headers), server).await
             }
         }
     }
@@ -231,6 +240,58 @@ impl ProxyHttp for Gateway {
             }
         }
         Ok(())
+    }
+
+    /// An upstream or gateway failure answered in sluice's voice: a JSON
+    /// body naming the route, 502 when the upstream cannot be reached or
+    /// breaks the exchange, 504 when it does not connect or answer in time,
+    /// 400 for a request the client broke, nothing for a client already
+    /// gone; never Pingora's empty body and `Server: Pingora`.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let route = ctx.route().map(|r| r.name.as_str());
+        let rejection = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(504), _) => Some(Rejection::GatewayTimeout { route }),
+            (ErrorType::HTTPStatus(400), _) => Some(Rejection::BadRequest),
+            (ErrorType::HTTPStatus(code), _) if (500..600).contains(code) => {
+                Some(Rejection::BadGateway { route })
+            }
+            (ErrorType::HTTPStatus(_), _) => Some(Rejection::BadRequest),
+            (
+                ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout,
+                ErrorSource::Upstream,
+            ) => Some(Rejection::GatewayTimeout { route }),
+            (_, ErrorSource::Upstream) => Some(Rejection::BadGateway { route }),
+            (
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+                ErrorSource::Downstream,
+            ) => None,
+            (_, ErrorSource::Downstream) => Some(Rejection::BadRequest),
+            (_, ErrorSource::Internal | ErrorSource::Unset) => Some(Rejection::Internal),
+        };
+        let Some(rejection) = rejection else {
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        };
+        let reply = rejection.reply();
+        let code = reply.status;
+        // Once a response head is on its way, nothing more can be said.
+        if session.response_written().is_none() {
+            let server = ctx.state.config.server.server_header.clone();
+            if let Err(e) = respond(session, reply, server.as_deref()).await {
+                log::debug!("could not send the {code} to the client: {e}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(

@@ -143,6 +143,7 @@ fn conformance(
                 cluster: Vec::new(),
                 timeout: Duration::from_millis(500),
                 key_prefix: "sluice:".into(),
+                tls: Default::default(),
             },
             Arc::new(metrics.redis.clone()),
         )

@@ -23,6 +23,7 @@ impl Default for ServerConfig {
             pid_file: "/tmp/sluice.pid".into(),
             upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
             access_log: true,
+            server_header: None,
             front_door: FrontDoorConfig::default(),
         }
     }
@@ -74,6 +75,7 @@ impl Default for RedisConfig {
             cluster: Vec::new(),
             timeout: Duration::from_millis(20),
             key_prefix: "sluice:".into(),
+            tls: Default::default(),
         }
     }
 }

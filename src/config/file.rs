@@ -65,6 +65,8 @@ pub struct ServerFile {
     pub max_uri_bytes: Option<usize>,
     pub max_connections: Option<usize>,
     pub admin_token_env: Option<String>,
+    /// The `Server` header of sluice's own responses; absent: none.
+    pub server_header: Option<String>,
     /// Not supported yet.
     pub tls: Option<Value>,
 }
@@ -133,8 +135,18 @@ pub struct RedisFile {
     pub cluster: Vec<String>,
     pub timeout: Option<String>,
     pub key_prefix: Option<String>,
-    /// Not supported yet.
-    pub tls: Option<Value>,
+    pub tls: Option<RedisTlsFile>,
+}
+
+/// `limiter.redis.tls:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTlsFile {
+    /// PEM certificates of the CAs to trust instead of the system's.
+    pub ca_file: Option<String>,
+    /// PEM client certificate (with `key_file`) for servers that ask.
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
 }
 
 /// `limiter.local:`.

@@ -78,6 +78,10 @@ pub struct ServerConfig {
     pub upgrade_sock: String,
     /// Write one JSON line per request to stderr.
     pub access_log: bool,
+    /// The `Server` header of the responses sluice writes itself (errors,
+    /// denials, `respond:` routes); `None`: they carry none. Proxied
+    /// responses keep the upstream's.
+    pub server_header: Option<String>,
     /// Limits on what one client connection may hold (reloadable).
     pub front_door: FrontDoorConfig,
 }
@@ -220,6 +224,27 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Prefix of every counter key; contains no `{` or `}`.
     pub key_prefix: String,
+    /// TLS settings for `rediss://` (read when the config loads).
+    pub tls: RedisTlsConfig,
+}
+
+/// `limiter.redis.tls`: what a `rediss://` connection trusts and shows.
+/// Never printed whole: its `Debug` leaves the key out.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisTlsConfig {
+    /// PEM CA certificates to trust instead of the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate and key, for servers that require one.
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for RedisTlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTlsConfig")
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("client", &self.client_pem.as_ref().map(|_| "<pem>"))
+            .finish()
+    }
 }
 
 /// Which rate-limit headers responses carry.

@@ -50,6 +50,9 @@ impl fmt::Display for KeyPath {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProblemKind {
     // ---- Shared shapes -------------------------------------------------
+    /// A `server.server_header` that is not a header value.
+    #[error("`server_header` must be 1 to 256 printable ASCII characters")]
+    BadServerHeader,
     /// A key sluice names but does not implement yet.
     #[error("{0} {NOT_YET}")]
     NotSupported(&'static str),
@@ -243,11 +246,14 @@ pub enum ProblemKind {
     #[error("`{0}` is not a Redis URL (redis://host:port/db)")]
     NotRedisUrl(String),
     /// A URL scheme sluice does not speak.
-    #[error("unknown Redis URL scheme `{0}` (use redis://)")]
+    #[error("unknown Redis URL scheme `{0}` (use redis:// or rediss://)")]
     UnknownRedisScheme(String),
-    /// `rediss://`.
-    #[error("TLS to Redis (`rediss://`) {NOT_YET}")]
-    RedisTlsNotYet,
+    /// `limiter.redis.tls` for a plain connection.
+    #[error("`tls` applies to rediss:// URLs (TLS to Redis); this URL is redis://")]
+    RedisTlsWithoutRediss,
+    /// A file that holds no PEM block.
+    #[error("`{0}` holds no PEM certificate or key (-----BEGIN ...)")]
+    NotPem(String),
     /// A key prefix that would move keys between Cluster slots.
     #[error("`key_prefix` must be at most 64 bytes and contain no `{{` or `}}` (they would change Redis Cluster slots)")]
     BadKeyPrefix,

@@ -31,6 +31,7 @@ use super::lazy::LazyConnection;
 use super::redis::RedisLimiter;
 use super::wire::{self, parse_reply, push_args, Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
+use crate::config::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;
@@ -58,6 +59,8 @@ pub struct Shared {
     client: ClusterClient,
     /// The first seed's settings (password, user), for node connections.
     seed: redis::ConnectionInfo,
+    /// `limiter.redis.tls`, for node connections over TLS.
+    tls: RedisTlsConfig,
     budget: Duration,
     script: redis::Script,
     connection: LazyConnection<ClusterConnection>,
@@ -87,6 +90,7 @@ impl ClusterLimiter {
     /// Prepares a cluster client for the seed `nodes`; connects nothing yet.
     pub fn new(
         nodes: &[String],
+        tls: &RedisTlsConfig,
         budget: Duration,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
@@ -97,16 +101,22 @@ impl ClusterLimiter {
             .as_str()
             .into_connection_info()
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster node: {e}")))?;
-        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+        wire::ensure_tls_provider();
+        let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(budget.max(Duration::from_millis(100)))
             .retries(1)
-            .tcp_settings(wire::no_delay())
+            .tcp_settings(wire::no_delay());
+        if let Some(certificates) = wire::tls_certificates(tls) {
+            builder = builder.certs(certificates);
+        }
+        let client = builder
             .build()
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster nodes: {e}")))?;
         Ok(Self(Arc::new(Shared {
             client,
             seed,
+            tls: tls.clone(),
             budget,
             script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
@@ -137,15 +147,20 @@ impl ClusterLimiter {
         }
         let (host, port) = node.rsplit_once(':')?;
         let port: u16 = port.parse().ok()?;
-        let redis::ConnectionAddr::Tcp(..) = self.seed.addr() else {
-            return None;
+        let addr = match self.seed.addr() {
+            redis::ConnectionAddr::Tcp(..) => redis::ConnectionAddr::Tcp(host.to_string(), port),
+            redis::ConnectionAddr::TcpTls { insecure, .. } => redis::ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => return None,
         };
-        let info = self
-            .seed
-            .clone()
-            .set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
+        let info = self.seed.clone().set_addr(addr);
         let limiter = RedisLimiter::for_cluster_node(
             info,
+            &self.tls,
             self.budget,
             &format!("node {node}"),
             Arc::clone(&self.observer),
@@ -197,7 +212,7 @@ impl ClusterLimiter {
                     Some(conn)
                 }
                 Ok(Err(e)) => {
-                    log::debug!("cannot connect to the Redis Cluster: {e}");
+                    wire::connect_failed("(cluster)", &e);
                     None
                 }
                 Err(_) => {

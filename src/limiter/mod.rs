@@ -387,6 +387,7 @@ impl Decider {
             Backend::Redis if !config.redis.cluster.is_empty() => {
                 Some(Arc::new(cluster::ClusterLimiter::new(
                     &config.redis.cluster,
+                    &config.redis.tls,
                     config.redis.timeout,
                     observer,
                 )?))

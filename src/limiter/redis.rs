@@ -37,7 +37,7 @@ use super::wire::{
     Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisTlsConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
 use async_trait::async_trait;
@@ -146,6 +146,7 @@ impl RedisLimiter {
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
         Self::at(
             info,
+            &config.tls,
             config.timeout,
             KeyPassing::Declared,
             "at the configured URL".into(),
@@ -158,22 +159,25 @@ impl RedisLimiter {
     /// as arguments; a key the node does not serve fails its own decision.
     pub(super) fn for_cluster_node(
         info: redis::ConnectionInfo,
+        tls: &RedisTlsConfig,
         budget: Duration,
         node: &str,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
-        Self::at(info, budget, KeyPassing::AsArguments, node.into(), observer)
+        let keys = KeyPassing::AsArguments;
+        Self::at(info, tls, budget, keys, node.into(), observer)
     }
 
     fn at(
         info: redis::ConnectionInfo,
+        tls: &RedisTlsConfig,
         budget: Duration,
         keys: KeyPassing,
         place: String,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
-        let client = redis::Client::open(info.set_tcp_settings(wire::no_delay()))
-            .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
+        let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), tls)
+            .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
         let script = redis::Script::new(DECIDE_SCRIPT);
         Ok(Self(Arc::new(Shared {
             client,
@@ -239,7 +243,7 @@ impl RedisLimiter {
             Ok(Err(e)) => {
                 self.connect_refused
                     .store(e.is_connection_refusal(), Ordering::Relaxed);
-                log::debug!("cannot connect to Redis: {e}");
+                wire::connect_failed(&self.place, &e);
                 None
             }
             Err(_) => {

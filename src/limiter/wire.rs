@@ -7,6 +7,7 @@
 
 use super::circuit::{CircuitBreaker, Transition};
 use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
+use crate::config::RedisTlsConfig;
 use std::time::{Duration, Instant};
 
 /// How long connecting to a Redis node may take.
@@ -19,6 +20,86 @@ pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// its probe may take a connect, or two budgets.
 pub(super) fn circuit_for(budget: Duration) -> CircuitBreaker {
     CircuitBreaker::new(CONNECT_TIMEOUT.max(budget * 2))
+}
+
+/// The TLS material of `limiter.redis.tls` as the redis crate takes it;
+/// `None` when neither a CA nor a client certificate is set (a `rediss://`
+/// URL then trusts the system's roots).
+pub(super) fn tls_certificates(tls: &RedisTlsConfig) -> Option<redis::TlsCertificates> {
+    if tls.ca_pem.is_none() && tls.client_pem.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: tls
+            .client_pem
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.ca_pem.clone(),
+    })
+}
+
+/// A client for `info`, over TLS with `tls`'s material when it has any.
+pub(super) fn client_for(
+    info: redis::ConnectionInfo,
+    tls: &RedisTlsConfig,
+) -> redis::RedisResult<redis::Client> {
+    ensure_tls_provider();
+    match tls_certificates(tls) {
+        Some(certificates) => redis::Client::build_with_tls(info, certificates),
+        None => redis::Client::open(info),
+    }
+}
+
+/// Logs a failed connection attempt. One a person must fix (a wrong
+/// password or user, a certificate that does not verify, TLS that does not
+/// agree) is a warning, at most every 30 s; an unreachable Redis is only
+/// debug (the circuit and `sluice_redis_up` say it). Never names the URL,
+/// which may hold a password.
+pub(super) fn connect_failed(place: &str, error: &redis::RedisError) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARNED_S: AtomicU64 = AtomicU64::new(0);
+    let text = error.to_string();
+    let lower = text.to_ascii_lowercase();
+    let fixable = error.kind() == redis::ErrorKind::AuthenticationFailed
+        || [
+            "wrongpass",
+            "noauth",
+            "noperm",
+            "certificate",
+            "tls",
+            "handshake",
+        ]
+        .iter()
+        .any(|word| lower.contains(word));
+    if !fixable || error.is_connection_refusal() {
+        log::debug!("cannot connect to Redis {place}: {text}");
+        return;
+    }
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED_S.load(Ordering::Relaxed);
+    if now_s >= last + 30
+        && LAST_WARNED_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        log::warn!("cannot connect to Redis {place}: {text}");
+    } else {
+        log::debug!("cannot connect to Redis {place}: {text}");
+    }
+}
+
+/// rustls needs one process-wide crypto provider: ring, installed once
+/// (a provider already installed is kept).
+pub(super) fn ensure_tls_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// The one script every decision runs: each algorithm's functions, then the

@@ -3,7 +3,7 @@
 use super::super::checker::Checker;
 use super::super::file::{LimiterFile, ResponseFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::{Backend, LimiterConfig, RedisConfig, ResponseConfig};
+use super::super::{Backend, LimiterConfig, RedisConfig, RedisTlsConfig, ResponseConfig};
 
 pub(super) fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
     let d = LimiterConfig::default();
@@ -59,8 +59,7 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
             c.problem(&at("cluster").index(i), kind);
         }
     }
-    let tls = "TLS to Redis (`limiter.redis.tls`; use a rediss:// URL)";
-    c.not_supported(&at("tls"), &r.tls, tls);
+    let tls = tls(c, f, &url);
     let timeout = c.duration(&at("timeout"), r.timeout.as_deref(), d.timeout);
     if timeout.is_zero() {
         c.problem(&at("timeout"), ProblemKind::Zero("timeout".into()));
@@ -74,7 +73,59 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
         cluster: r.cluster.clone(),
         timeout,
         key_prefix,
+        tls,
     }
+}
+
+/// `limiter.redis.tls`: the files are read now, so a missing or unreadable
+/// one is a config error and not a failure at the first decision.
+fn tls(c: &mut Checker, f: &LimiterFile, url: &str) -> RedisTlsConfig {
+    let at = |key: &str| KeyPath::root("limiter").key("redis").key("tls").key(key);
+    let Some(t) = &f.redis.tls else {
+        return RedisTlsConfig::default();
+    };
+    let uses_tls =
+        url.starts_with("rediss://") || f.redis.cluster.iter().any(|n| n.starts_with("rediss://"));
+    if !uses_tls {
+        let path = KeyPath::root("limiter").key("redis").key("tls");
+        c.problem(&path, ProblemKind::RedisTlsWithoutRediss);
+    }
+    let mut read = |key: &str, file: &Option<String>| -> Option<Vec<u8>> {
+        let file = file.as_ref()?;
+        match std::fs::read(file) {
+            Ok(pem) if pem.windows(11).any(|w| w == b"-----BEGIN ") => Some(pem),
+            Ok(_) => {
+                c.problem(&at(key), ProblemKind::NotPem(file.clone()));
+                None
+            }
+            Err(e) => {
+                let kind = ProblemKind::CannotRead {
+                    file: file.clone(),
+                    error: e.to_string(),
+                };
+                c.problem(&at(key), kind);
+                None
+            }
+        }
+    };
+    let ca_pem = read("ca_file", &t.ca_file);
+    let cert = read("cert_file", &t.cert_file);
+    let key = read("key_file", &t.key_file);
+    let client_pem = match (t.cert_file.is_some(), t.key_file.is_some()) {
+        (true, false) => {
+            c.problem(
+                &at("cert_file"),
+                ProblemKind::Needs("cert_file", "key_file"),
+            );
+            None
+        }
+        (false, true) => {
+            c.problem(&at("key_file"), ProblemKind::Needs("key_file", "cert_file"));
+            None
+        }
+        _ => cert.zip(key),
+    };
+    RedisTlsConfig { ca_pem, client_pem }
 }
 
 /// `1/3`, `0.33` or `1` → the fraction, if it is in (0, 1].
@@ -100,7 +151,7 @@ fn redis_url_check(url: &str) -> Result<(), ProblemKind> {
     };
     match scheme {
         "redis" | "redis+unix" | "unix" => Ok(()),
-        "rediss" => Err(ProblemKind::RedisTlsNotYet),
+        "rediss" => Ok(()),
         other => Err(ProblemKind::UnknownRedisScheme(other.to_string())),
     }
 }

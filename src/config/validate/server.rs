@@ -52,9 +52,19 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     if pid_file == upgrade_sock {
         c.problem(&at("upgrade_sock"), ProblemKind::SameFile);
     }
+    let server_header = s.server_header.clone().filter(|value| {
+        let valid = !value.is_empty()
+            && value.len() <= 256
+            && value.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if !valid {
+            c.problem(&at("server_header"), ProblemKind::BadServerHeader);
+        }
+        valid
+    });
     ServerConfig {
         listen,
         admin,
+        server_header,
         admin_token,
         threads,
         work_stealing: s.work_stealing.unwrap_or(d.work_stealing),

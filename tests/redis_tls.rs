@@ -1,0 +1,212 @@
+//! Managed Redis: `rediss://` to a real TLS `redis-server` with an ACL user
+//! (`rediss://user:pass@`), the server verified against
+//! `limiter.redis.tls.ca_file`; a wrong CA or password fails decisions the
+//! way `on_error` says, and the password is never printed.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// A throwaway CA and a certificate for 127.0.0.1 / localhost signed by it,
+/// made with the `openssl` command (`ca.crt`, `server.crt`, `server.key`).
+fn certificates(dir: &Path, ca_name: &str) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be on PATH (apt-get install openssl)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec![
+        "req", "-x509", "-days", "2", "-keyout", "ca.key", "-out", "ca.crt",
+    ];
+    ca.extend(ec);
+    let subject = format!("/CN={ca_name}");
+    ca.extend(["-subj", subject.as_str()]);
+    run(&ca);
+    let mut request = vec!["req", "-keyout", "server.key", "-out", "server.csr"];
+    request.extend(ec);
+    request.extend(["-subj", "/CN=localhost"]);
+    run(&request);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .expect("write san.ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+    ]);
+}
+
+/// A redis-server with a plain port (for the test's own looks) and a TLS
+/// port, with the ACL user `alice` / `s3cret`.
+fn tls_redis(dir: &Path) -> (RedisServer, u16) {
+    let tls_port = free_port();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
+    let tls_port_text = tls_port.to_string();
+    let redis = RedisServer::start_with_args(
+        free_port(),
+        &[
+            "--tls-port",
+            &tls_port_text,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--user",
+            "alice",
+            "on",
+            ">s3cret",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
+    (redis, tls_port)
+}
+
+fn config(tls_port: u16, password: &str, ca_file: &Path) -> String {
+    format!(
+        r#"
+limiter:
+  redis:
+    url: "rediss://alice:{password}@127.0.0.1:{tls_port}/0"
+    timeout: 1s
+    tls: {{ ca_file: "{ca}" }}
+  on_error: deny
+routes:
+  - name: api
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: per-ip, key: [ip], limit: 3, window: 1m }}
+"#,
+        ca = ca_file.display()
+    )
+}
+
+#[test]
+fn a_tls_redis_with_an_acl_user_limits_exactly_and_the_password_stays_secret() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path(), "sluice test CA");
+    let (redis, tls_port) = tls_redis(dir.path());
+    let sluice = Sluice::start(&config(tls_port, "s3cret", &dir.path().join("ca.crt")));
+    let statuses: Vec<u16> = (0..5).map(|_| sluice.get("/", &[]).status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    // The decisions ran on Redis, as alice, over TLS.
+    assert_eq!(redis.keys("sluice:*").len(), 1);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut redis.connection())
+        .expect("CLIENT LIST");
+    assert!(
+        clients.lines().any(|l| l.contains("user=alice")),
+        "{clients}"
+    );
+    assert!(!sluice.log().contains("s3cret"), "{}", sluice.log());
+
+    // `--check` names the URL without its password.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .arg("--config")
+        .arg(sluice.config_path())
+        .output()
+        .expect("sluice --check");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("rediss://"), "{printed}");
+    assert!(!printed.contains("s3cret"), "{printed}");
+}
+
+#[test]
+fn a_wrong_password_or_an_unknown_ca_fails_closed_and_says_why_without_the_password() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path(), "sluice test CA");
+    let (_redis, tls_port) = tls_redis(dir.path());
+
+    let wrong_password = Sluice::start(&config(tls_port, "guess", &dir.path().join("ca.crt")));
+    assert_eq!(wrong_password.get("/", &[]).status, 503);
+    let log = wrong_password.log();
+    assert!(!log.contains("guess"), "{log}");
+    assert!(log.contains("cannot connect to Redis"), "{log}");
+
+    // A CA that did not sign the server's certificate.
+    let other = tempfile::tempdir().expect("tempdir");
+    certificates(other.path(), "another CA");
+    let unknown_ca = Sluice::start(&config(tls_port, "s3cret", &other.path().join("ca.crt")));
+    assert_eq!(unknown_ca.get("/", &[]).status, 503);
+    assert!(!unknown_ca.log().contains("s3cret"));
+    assert!(
+        unknown_ca.log().contains("certificate"),
+        "{}",
+        unknown_ca.log()
+    );
+}
+
+#[test]
+fn check_refuses_a_missing_ca_file_and_tls_settings_without_rediss() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |text: &str| {
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("--check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .expect("sluice --check");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = check(
+        "limiter:\n  redis:\n    url: \"rediss://u:topsecret@127.0.0.1:6380/0\"\n    tls: { ca_file: /nonexistent/ca.pem }\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(":4:"), "{stderr}");
+    assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
+    assert!(!stderr.contains("topsecret"), "{stderr}");
+    let (code, stderr) = check(
+        "limiter:\n  redis:\n    url: \"redis://127.0.0.1:6379/0\"\n    tls: { ca_file: /etc/hostname }\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("rediss://"), "{stderr}");
+    let (code, stderr) = check(
+        "limiter:\n  redis:\n    url: \"rediss://127.0.0.1:6380/0\"\n    tls: { cert_file: /etc/hostname }\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("key_file"), "{stderr}");
+}
