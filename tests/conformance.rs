@@ -144,6 +144,7 @@ fn conformance(
                 timeout: Duration::from_millis(500),
                 key_prefix: "sluice:".into(),
                 tls: Default::default(),
+                sentinel: None,
             },
             Arc::new(metrics.redis.clone()),
         )

@@ -76,6 +76,7 @@ impl Default for RedisConfig {
             timeout: Duration::from_millis(20),
             key_prefix: "sluice:".into(),
             tls: Default::default(),
+            sentinel: None,
         }
     }
 }

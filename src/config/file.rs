@@ -136,6 +136,19 @@ pub struct RedisFile {
     pub timeout: Option<String>,
     pub key_prefix: Option<String>,
     pub tls: Option<RedisTlsFile>,
+    pub sentinel: Option<SentinelFile>,
+}
+
+/// `limiter.redis.sentinel:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelFile {
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// `host:port` of each sentinel.
+    pub nodes: Vec<String>,
+    /// The sentinels' own password (`requirepass` of the sentinels).
+    pub password: Option<String>,
 }
 
 /// `limiter.redis.tls:`.

@@ -226,6 +226,31 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// TLS settings for `rediss://` (read when the config loads).
     pub tls: RedisTlsConfig,
+    /// Sentinels that name the primary (`url` then gives only the primary's
+    /// user, password, database and scheme); `None`: `url` is the primary.
+    pub sentinel: Option<SentinelConfig>,
+}
+
+/// `limiter.redis.sentinel`: where to ask which server is the primary.
+/// Its `Debug` leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// `host:port` of each sentinel (≥ 1).
+    pub nodes: Vec<String>,
+    /// The sentinels' own password, if they require one.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("master", &self.master)
+            .field("nodes", &self.nodes)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 /// `limiter.redis.tls`: what a `rediss://` connection trusts and shows.

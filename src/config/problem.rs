@@ -248,6 +248,9 @@ pub enum ProblemKind {
     /// A URL scheme sluice does not speak.
     #[error("unknown Redis URL scheme `{0}` (use redis:// or rediss://)")]
     UnknownRedisScheme(String),
+    /// Not `host:port`.
+    #[error("`{0}` is not host:port")]
+    NotHostPort(String),
     /// `limiter.redis.tls` for a plain connection.
     #[error("`tls` applies to rediss:// URLs (TLS to Redis); this URL is redis://")]
     RedisTlsWithoutRediss,

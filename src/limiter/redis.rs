@@ -37,7 +37,7 @@ use super::wire::{
     Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
-use crate::config::{RedisConfig, RedisTlsConfig};
+use crate::config::{RedisConfig, RedisTlsConfig, SentinelConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
 use async_trait::async_trait;
@@ -83,9 +83,19 @@ pub(super) enum KeyPassing {
     AsArguments,
 }
 
+/// Which server a [`RedisLimiter`] connects to.
+enum Target {
+    /// The configured URL's (or a cluster node's).
+    Direct(redis::Client),
+    /// Whichever the sentinels name as the primary when it connects: after a
+    /// failover the broken connection is dropped and the next one goes to
+    /// the new primary.
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
 /// What every clone of a [`RedisLimiter`] shares.
 pub struct Shared {
-    client: redis::Client,
+    target: Target,
     budget: Duration,
     keys: KeyPassing,
     /// Where this Redis is, for logs: "at the configured URL" or a node.
@@ -132,8 +142,44 @@ impl Queued {
     }
 }
 
+/// A sentinel client for `sentinel`'s master, connecting to the primary it
+/// names with `info`'s user, password, database and scheme.
+fn sentinel_client(
+    sentinel: &SentinelConfig,
+    info: &redis::ConnectionInfo,
+) -> Result<redis::sentinel::SentinelClient, LimiterError> {
+    use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+    wire::ensure_tls_provider();
+    let nodes: Vec<String> = sentinel
+        .nodes
+        .iter()
+        .map(|node| match &sentinel.password {
+            Some(password) => format!("redis://:{password}@{node}"),
+            None => format!("redis://{node}"),
+        })
+        .collect();
+    let mut primary = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(info.redis_settings().clone())
+        .set_tcp_settings(wire::no_delay());
+    if let redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+        primary = primary.set_tls_mode(if *insecure {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        });
+    }
+    SentinelClient::build(
+        nodes,
+        sentinel.master.as_str(),
+        Some(primary),
+        SentinelServerType::Master,
+    )
+    .map_err(|e| LimiterError::Server(format!("invalid Redis Sentinel settings: {e}")))
+}
+
 impl RedisLimiter {
-    /// Prepares a client for `config.url`; connects nothing yet.
+    /// Prepares a client for `config.url`, or for the primary the sentinels
+    /// name; connects nothing yet.
     pub fn new(
         config: &RedisConfig,
         observer: Arc<dyn RedisObserver>,
@@ -144,14 +190,24 @@ impl RedisLimiter {
             .as_str()
             .into_connection_info()
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
-        Self::at(
-            info,
-            &config.tls,
+        let (target, place) = match &config.sentinel {
+            Some(sentinel) => (
+                Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(sentinel, &info)?)),
+                format!("(primary of sentinel master {})", sentinel.master),
+            ),
+            None => {
+                let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), &config.tls)
+                    .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
+                (Target::Direct(client), "at the configured URL".into())
+            }
+        };
+        Ok(Self::at(
+            target,
             config.timeout,
             KeyPassing::Declared,
-            "at the configured URL".into(),
+            place,
             observer,
-        )
+        ))
     }
 
     /// Prepares a batching client for one Redis Cluster primary at `info`
@@ -165,22 +221,27 @@ impl RedisLimiter {
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
         let keys = KeyPassing::AsArguments;
-        Self::at(info, tls, budget, keys, node.into(), observer)
+        let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), tls)
+            .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
+        Ok(Self::at(
+            Target::Direct(client),
+            budget,
+            keys,
+            node.into(),
+            observer,
+        ))
     }
 
     fn at(
-        info: redis::ConnectionInfo,
-        tls: &RedisTlsConfig,
+        target: Target,
         budget: Duration,
         keys: KeyPassing,
         place: String,
         observer: Arc<dyn RedisObserver>,
-    ) -> Result<Self, LimiterError> {
-        let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), tls)
-            .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
+    ) -> Self {
         let script = redis::Script::new(DECIDE_SCRIPT);
-        Ok(Self(Arc::new(Shared {
-            client,
+        Self(Arc::new(Shared {
+            target,
             budget,
             keys,
             place,
@@ -193,7 +254,7 @@ impl RedisLimiter {
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
-        })))
+        }))
     }
 
     fn current(&self) -> Option<MultiplexedConnection> {
@@ -228,15 +289,20 @@ impl RedisLimiter {
             // Bounds each flush task when Redis stops answering; every request is
             // separately bounded by the (shorter) decision budget.
             .set_response_timeout(Some(RESPONSE_TIMEOUT.max(self.budget)));
-        let result = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            self.client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
+        let result = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let client = match &self.target {
+                Target::Direct(client) => client.clone(),
+                Target::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+            };
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            Ok::<_, redis::RedisError>((conn, client.get_connection_info().addr().to_string()))
+        })
         .await;
         let conn = match result {
-            Ok(Ok(mut conn)) => {
-                log::info!("connected to Redis {}", self.place);
+            Ok(Ok((mut conn, addr))) => {
+                log::info!("connected to Redis {addr} {}", self.place);
                 self.choose_call_form(&mut conn).await;
                 Some(conn)
             }
@@ -630,7 +696,10 @@ impl RedisLimiter {
     /// so the next call reconnects.
     fn classify(&self, error: redis::RedisError) -> LimiterError {
         let classified = wire::classify(&error, self.budget);
-        if matches!(classified, LimiterError::Io(_) | LimiterError::Refused(_)) {
+        // A primary turned replica (a failover) answers READONLY: the next
+        // connection asks the sentinels again.
+        let demoted = error.code() == Some("READONLY");
+        if demoted || matches!(classified, LimiterError::Io(_) | LimiterError::Refused(_)) {
             self.drop_connection();
         }
         classified

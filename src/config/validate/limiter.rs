@@ -3,7 +3,9 @@
 use super::super::checker::Checker;
 use super::super::file::{LimiterFile, ResponseFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::{Backend, LimiterConfig, RedisConfig, RedisTlsConfig, ResponseConfig};
+use super::super::{
+    Backend, LimiterConfig, RedisConfig, RedisTlsConfig, ResponseConfig, SentinelConfig,
+};
 
 pub(super) fn limiter(c: &mut Checker, f: &LimiterFile) -> LimiterConfig {
     let d = LimiterConfig::default();
@@ -60,6 +62,7 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
         }
     }
     let tls = tls(c, f, &url);
+    let sentinel = sentinel(c, f);
     let timeout = c.duration(&at("timeout"), r.timeout.as_deref(), d.timeout);
     if timeout.is_zero() {
         c.problem(&at("timeout"), ProblemKind::Zero("timeout".into()));
@@ -74,7 +77,47 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
         timeout,
         key_prefix,
         tls,
+        sentinel,
     }
+}
+
+/// `limiter.redis.sentinel`: a master name and at least one `host:port`;
+/// not with a Redis Cluster (a cluster fails over by itself).
+fn sentinel(c: &mut Checker, f: &LimiterFile) -> Option<SentinelConfig> {
+    let s = f.redis.sentinel.as_ref()?;
+    let at = |key: &str| {
+        KeyPath::root("limiter")
+            .key("redis")
+            .key("sentinel")
+            .key(key)
+    };
+    if !f.redis.cluster.is_empty() {
+        let (owner, a, b) = ("`limiter.redis` names", "sentinel", "cluster");
+        c.problem(&at("nodes"), ProblemKind::NotBoth { owner, a, b });
+    }
+    if s.master.is_empty() {
+        c.problem(&at("master"), ProblemKind::Empty("master".into()));
+    }
+    if s.nodes.is_empty() {
+        let item = "sentinel (host:port)";
+        c.problem(&at("nodes"), ProblemKind::NeedsOne { key: "nodes", item });
+    }
+    for (i, node) in s.nodes.iter().enumerate() {
+        let valid = node.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !valid || node.contains("://") {
+            c.problem(
+                &at("nodes").index(i),
+                ProblemKind::NotHostPort(node.clone()),
+            );
+        }
+    }
+    Some(SentinelConfig {
+        master: s.master.clone(),
+        nodes: s.nodes.clone(),
+        password: s.password.clone(),
+    })
 }
 
 /// `limiter.redis.tls`: the files are read now, so a missing or unreadable

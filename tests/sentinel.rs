@@ -1,0 +1,246 @@
+//! Redis Sentinel: three real sentinels watch a primary and its replica; the
+//! primary is killed under load. With `on_error: local` no request fails
+//! while the sentinels fail over, decisions come back to Redis on the new
+//! primary within seconds, and a limit is exact there.
+
+mod common;
+
+use common::*;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const MASTER: &str = "sluicemaster";
+
+/// A `redis-server FILE --sentinel` process, killed on drop.
+struct Sentinel {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    fn start(primary_port: u16) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let file = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &file,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER} 1000\n\
+                 sentinel failover-timeout {MASTER} 5000\n\
+                 sentinel parallel-syncs {MASTER} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&file)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let sentinel = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        wait_until(Duration::from_secs(10), "a sentinel to answer", || {
+            sentinel.query::<String>(&mut redis::cmd("PING")).is_some()
+        });
+        sentinel
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, command: &mut redis::Cmd) -> Option<T> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()?;
+        command.query(&mut connection).ok()
+    }
+
+    /// The port of the primary it names now.
+    fn primary_port(&self) -> Option<u16> {
+        let (_, port): (String, String) = self.query(
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(MASTER),
+        )?;
+        port.parse().ok()
+    }
+
+    /// How many other sentinels and replicas it knows.
+    fn peers(&self) -> (usize, usize) {
+        let count = |what: &str| {
+            self.query::<Vec<redis::Value>>(redis::cmd("SENTINEL").arg(what).arg(MASTER))
+                .map_or(0, |v| v.len())
+        };
+        (count("sentinels"), count("replicas"))
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_killed_primary_is_replaced_under_load_without_a_failed_request() {
+    let mut primary = RedisServer::start();
+    let replica_port = free_port();
+    let primary_port = primary.port.to_string();
+    let replica =
+        RedisServer::start_with_args(replica_port, &["--replicaof", "127.0.0.1", &primary_port]);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(primary.port)).collect();
+    wait_until(
+        Duration::from_secs(30),
+        "sentinels to find each other",
+        || sentinels.iter().all(|s| s.peers() == (2, 1)),
+    );
+    let nodes: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("\"127.0.0.1:{}\"", s.port))
+        .collect();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&format!(
+        r#"
+limiter:
+  redis:
+    url: "redis://127.0.0.1:1/0"
+    timeout: 50ms
+    sentinel: {{ master: {MASTER}, nodes: [{nodes}] }}
+  on_error: local
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: api
+    upstream: api
+    limits:
+      - {{ name: per-key, key: [{{header: X-Key}}], limit: 5, window: 1m }}
+"#,
+        nodes = nodes.join(", "),
+        upstream = upstream.addr,
+    ));
+    let redis_decisions = || {
+        sluice.decisions("api", "per-key", "allow", "redis")
+            + sluice.decisions("api", "per-key", "deny", "redis")
+    };
+    // The first connection asks the sentinels first: until it is up,
+    // decisions are local.
+    wait_until(Duration::from_secs(10), "a decision on Redis", || {
+        sluice.get("/", &[("X-Key", "warm-up")]);
+        redis_decisions() > 0
+    });
+    let local_decisions = || {
+        sluice.decisions("api", "per-key", "allow", "local")
+            + sluice.decisions("api", "per-key", "deny", "local")
+    };
+    let local_before = local_decisions();
+    // Exact on the first primary.
+    let admitted = (0..8)
+        .filter(|_| sluice.get("/", &[("X-Key", "before")]).status == 200)
+        .count();
+    assert_eq!(admitted, 5);
+    assert_eq!(local_decisions(), local_before, "decided on Redis");
+
+    // Load: one request after another on rotating keys, every status kept.
+    let stop = Arc::new(AtomicBool::new(false));
+    let statuses = Arc::new(Mutex::new(Vec::new()));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let load = {
+        let (stop, statuses, sent) = (stop.clone(), statuses.clone(), sent.clone());
+        let addr = sluice.addr;
+        thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let n = sent.fetch_add(1, Ordering::SeqCst);
+                let key = format!("load-{}", n % 1000);
+                let status = get(addr, "/", &[("X-Key", key.as_str())]).status;
+                statuses.lock().unwrap().push(status);
+            }
+        })
+    };
+    wait_until(Duration::from_secs(5), "load to start", || {
+        sent.load(Ordering::SeqCst) > 20
+    });
+    let killed = Instant::now();
+    primary.kill();
+    wait_until(
+        Duration::from_secs(30),
+        "the sentinels to fail over",
+        || sentinels[0].primary_port() == Some(replica_port),
+    );
+    let failed_over = killed.elapsed();
+    let before = redis_decisions();
+    wait_until(Duration::from_secs(30), "decisions back on Redis", || {
+        redis_decisions() > before + 20
+    });
+    let back = killed.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    load.join().expect("load thread");
+    let statuses = statuses.lock().unwrap().clone();
+    let failed: Vec<&u16> = statuses.iter().filter(|s| **s >= 500 || **s == 0).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        statuses.len()
+    );
+    eprintln!(
+        "failover: the sentinels named the new primary {failed_over:?} after the kill; \
+         decisions were on Redis again {back:?} after it; {} requests, none failed",
+        statuses.len()
+    );
+
+    // Exact on the new primary.
+    let admitted = (0..8)
+        .filter(|_| sluice.get("/", &[("X-Key", "after")]).status == 200)
+        .count();
+    assert_eq!(admitted, 5);
+    assert!(
+        !replica.keys("sluice:*after*").is_empty(),
+        "the new primary holds the counter"
+    );
+}
+
+#[test]
+fn check_refuses_a_sentinel_without_nodes_or_beside_a_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |text: &str| {
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("--check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .expect("sluice --check");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) =
+        check("limiter:\n  redis:\n    sentinel: { master: m, nodes: [], password: hunter2 }\n");
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(":3:") && stderr.contains("`nodes` needs at least one"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let (code, stderr) = check(
+        "limiter:\n  redis:\n    cluster: [\"redis://127.0.0.1:7000\"]\n    sentinel: { master: m, nodes: [\"127.0.0.1:26379\"] }\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("not both"), "{stderr}");
+    let (code, stderr) =
+        check("limiter:\n  redis:\n    sentinel: { master: m, nodes: [\"redis://h:1\"] }\n");
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("is not host:port"), "{stderr}");
+}
