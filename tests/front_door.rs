@@ -193,7 +193,8 @@ fn connections_beyond_the_cap_are_closed_at_once() {
     });
 }
 
-/// An upstream WebSocket server that echoes every message.
+/// An upstream WebSocket server that echoes every message, and closes the
+/// connection itself when it is sent `bye`.
 fn websocket_echo_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -204,6 +205,11 @@ fn websocket_echo_server() -> SocketAddr {
                     return;
                 };
                 while let Ok(message) = socket.read() {
+                    if message.to_text().is_ok_and(|t| t == "bye") {
+                        let _ = socket.close(None);
+                        while socket.read().is_ok() {}
+                        return;
+                    }
                     if message.is_close() || socket.send(message).is_err() {
                         return;
                     }
@@ -257,4 +263,82 @@ routes:
         Ok((_, response)) => panic!("a second connection got {}", response.status()),
     }
     let _ = socket.close(None);
+}
+
+/// A `concurrency` limit on a WebSocket route holds its lease for the life
+/// of the connection, and gives it back when either side closes.
+#[test]
+fn a_websocket_holds_its_concurrency_lease_until_either_side_closes() {
+    let ws = websocket_echo_server();
+    let body = format!(
+        r#"limiter:
+  backend: local
+upstreams:
+  chat: {{ servers: ["{ws}"] }}
+routes:
+  - name: chat
+    match: {{ path_prefix: /ws/ }}
+    upstream: chat
+    limits:
+      - {{ name: open, key: [ip], limit: 1, algorithm: concurrency }}
+"#
+    );
+    let sluice = Sluice::start_with_server("", &body, &[]);
+    let open = || {
+        let stream = TcpStream::connect(sluice.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream)
+    };
+    let status_of = |result: &Result<_, tungstenite::HandshakeError<_>>| match result {
+        Ok((_, response)) => {
+            let response: &tungstenite::handshake::client::Response = response;
+            response.status().as_u16()
+        }
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            response.status().as_u16()
+        }
+        Err(_) => 0,
+    };
+
+    // The client closes: the lease comes back.
+    let (mut first, _) = open().expect("first connection");
+    first
+        .send(tungstenite::Message::text("hello"))
+        .expect("send");
+    first.read().expect("echo");
+    assert_eq!(
+        status_of(&open()),
+        429,
+        "the lease is held while it is open"
+    );
+    first.close(None).expect("close");
+    while first.read().is_ok() {}
+    drop(first);
+    let mut second = None;
+    wait_until(
+        Duration::from_secs(5),
+        "the lease released on close",
+        || match open() {
+            Ok(socket) => {
+                second = Some(socket.0);
+                true
+            }
+            Err(_) => false,
+        },
+    );
+
+    // The upstream closes: the lease comes back too, while this client
+    // still holds its end.
+    let mut second = second.expect("second connection");
+    assert_eq!(status_of(&open()), 429);
+    second
+        .send(tungstenite::Message::text("bye"))
+        .expect("send bye");
+    while second.read().is_ok() {}
+    wait_until(Duration::from_secs(5), "the lease released again", || {
+        open().is_ok()
+    });
+    drop(second);
 }
