@@ -284,35 +284,28 @@ routes:
 "#
     );
     let sluice = Sluice::start_with_server("", &body, &[]);
+    // (status, the socket when it opened).
     let open = || {
         let stream = TcpStream::connect(sluice.addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream)
-    };
-    let status_of = |result: &Result<_, tungstenite::HandshakeError<_>>| match result {
-        Ok((_, response)) => {
-            let response: &tungstenite::handshake::client::Response = response;
-            response.status().as_u16()
+        match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream) {
+            Ok((socket, response)) => (response.status().as_u16(), Some(socket)),
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+                (response.status().as_u16(), None)
+            }
+            Err(_) => (0, None),
         }
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-            response.status().as_u16()
-        }
-        Err(_) => 0,
     };
 
     // The client closes: the lease comes back.
-    let (mut first, _) = open().expect("first connection");
+    let mut first = open().1.expect("first connection");
     first
         .send(tungstenite::Message::text("hello"))
         .expect("send");
     first.read().expect("echo");
-    assert_eq!(
-        status_of(&open()),
-        429,
-        "the lease is held while it is open"
-    );
+    assert_eq!(open().0, 429, "the lease is held while it is open");
     first.close(None).expect("close");
     while first.read().is_ok() {}
     drop(first);
@@ -320,25 +313,22 @@ routes:
     wait_until(
         Duration::from_secs(5),
         "the lease released on close",
-        || match open() {
-            Ok(socket) => {
-                second = Some(socket.0);
-                true
-            }
-            Err(_) => false,
+        || {
+            second = open().1;
+            second.is_some()
         },
     );
 
     // The upstream closes: the lease comes back too, while this client
     // still holds its end.
     let mut second = second.expect("second connection");
-    assert_eq!(status_of(&open()), 429);
+    assert_eq!(open().0, 429);
     second
         .send(tungstenite::Message::text("bye"))
         .expect("send bye");
     while second.read().is_ok() {}
     wait_until(Duration::from_secs(5), "the lease released again", || {
-        open().is_ok()
+        open().0 == 101
     });
     drop(second);
 }
