@@ -33,5 +33,6 @@ pub mod route;
 pub mod state;
 pub mod sync;
 pub mod target;
+pub mod tls;
 pub mod upstream;
 pub mod usage;

@@ -95,6 +95,8 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         ..Opt::default()
     };
     let listen = config.server.listen.clone();
+    let tls_listen: Vec<String> = config.server.tls.iter().map(|l| l.listen.clone()).collect();
+    let h2c = config.server.h2c;
     let grace_period = config.server.grace_period;
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
@@ -116,10 +118,15 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let bootstrap = server.bootstrap_as_a_service();
 
     let access_log = AccessLog::new(QUEUE_LINES, metrics.access_log_dropped.clone());
-    let proxy_app = pingora::proxy::http_proxy(
+    let mut proxy_app = pingora::proxy::http_proxy(
         &server.configuration,
         Gateway::new(Arc::clone(&state), Arc::clone(&metrics), access_log),
     );
+    if h2c {
+        let mut options = pingora::apps::HttpServerOptions::default();
+        options.h2c = true;
+        proxy_app.server_options = Some(options);
+    }
     let mut proxy = Service::new(
         "sluice proxy".to_string(),
         FrontDoor::new(
@@ -131,6 +138,11 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     );
     for addr in &listen {
         proxy.add_tcp(addr);
+    }
+    for addr in &tls_listen {
+        let settings = sluice::tls::listener_settings(Arc::clone(&state), addr)
+            .map_err(|e| format!("TLS listener {addr}: {e}"))?;
+        proxy.add_tls_with_settings(addr, None, settings);
     }
     let mut admin = Service::new(
         "sluice admin".to_string(),
@@ -147,8 +159,13 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     ));
 
     log::info!(
-        "sluice listening on {} (admin {}), {routes} routes",
+        "sluice listening on {}{} (admin {}), {routes} routes",
         listen.join(", "),
+        if tls_listen.is_empty() {
+            String::new()
+        } else {
+            format!(", TLS {}", tls_listen.join(", "))
+        },
         admin_addr,
     );
     server.run_forever()
@@ -195,10 +212,27 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
     );
     let _ = writeln!(
         out,
-        "  listen {} · admin {}",
+        "  listen {}{} · admin {}",
         config.server.listen.join(", "),
+        if config.server.h2c { " (h2c too)" } else { "" },
         config.server.admin
     );
+    for listener in &config.server.tls {
+        let _ = writeln!(
+            out,
+            "  tls {} ({}), HTTP/2 and HTTP/1.1",
+            listener.listen,
+            count(listener.certs.len(), "certificate")
+        );
+    }
+    if let Some(sentinel) = &config.limiter.redis.sentinel {
+        let _ = writeln!(
+            out,
+            "  redis sentinel master {} via {}",
+            sentinel.master,
+            sentinel.nodes.join(", ")
+        );
+    }
     let _ = match config.limiter.backend {
         Backend::Redis => writeln!(
             out,

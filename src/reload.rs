@@ -104,14 +104,20 @@ impl ReloadJob {
                     source,
                 }
             })?;
-        // Of the server settings only `access_log` and the front-door limits
-        // are reloadable (new connections take the new limits); the others
-        // keep their running values (reported in `changes.needs_restart`).
-        let access_log = next.config.server.access_log;
-        let front_door = next.config.server.front_door;
-        next.config.server = current.config.server.clone();
-        next.config.server.access_log = access_log;
-        next.config.server.front_door = front_door;
+        // Of the server settings only `access_log`, the front-door limits,
+        // `server_header` and the TLS listeners' certificates are reloadable
+        // (new connections and handshakes take them); the others keep their
+        // running values (reported in `changes.needs_restart`).
+        let reloaded = std::mem::replace(&mut next.config.server, current.config.server.clone());
+        let server = &mut next.config.server;
+        server.access_log = reloaded.access_log;
+        server.front_door = reloaded.front_door;
+        server.server_header = reloaded.server_header;
+        for listener in &mut server.tls {
+            if let Some(new) = reloaded.tls.iter().find(|n| n.listen == listener.listen) {
+                listener.certs = new.certs.clone();
+            }
+        }
         self.state.store(Arc::new(next));
         Ok(changes)
     }

@@ -1,9 +1,13 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamTls};
 use crate::sync::Locked;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
 use pingora::prelude::HttpPeer;
+use pingora::protocols::tls::CaType;
+use pingora::upstreams::peer::PeerOptions;
+use pingora::utils::tls::{parse_x509, WrappedX509};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,6 +20,26 @@ pub struct Upstream {
     pub balancer: LoadBalancer<RoundRobin>,
     /// When the next health check is due (`None`: no health check).
     next_check: Mutex<Option<Instant>>,
+    /// The CAs an HTTPS upstream's certificate is verified against, parsed
+    /// once (`None`: the system's roots, or plain HTTP).
+    ca: Option<Arc<CaType>>,
+}
+
+/// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
+fn trusted_cas(config: &UpstreamConfig) -> Option<Arc<CaType>> {
+    let ders = config.tls.as_ref()?.ca_der.as_ref()?;
+    let cas: Vec<WrappedX509> = ders
+        .iter()
+        .map(|der| WrappedX509::new(der.clone(), parse_x509))
+        .collect();
+    Some(Arc::from(cas))
+}
+
+/// Applies `tls` (name, verification, CAs) to a peer's options.
+fn apply_tls(options: &mut PeerOptions, tls: &UpstreamTls, ca: &Option<Arc<CaType>>) {
+    options.verify_cert = tls.verify;
+    options.verify_hostname = tls.verify;
+    options.ca = ca.clone();
 }
 
 impl Upstream {
@@ -24,14 +48,25 @@ impl Upstream {
     pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
         let mut balancer =
             LoadBalancer::<RoundRobin>::try_from_iter(config.servers.iter().copied())?;
+        let ca = trusted_cas(config);
         if let Some(interval) = config.health_check {
-            balancer.set_health_check(TcpHealthCheck::new());
+            // An HTTPS upstream's check is a TLS handshake, verified alike.
+            let check = match &config.tls {
+                Some(tls) => {
+                    let mut check = TcpHealthCheck::new_tls(&tls.sni);
+                    apply_tls(&mut check.peer_template.options, tls, &ca);
+                    check
+                }
+                None => TcpHealthCheck::new(),
+            };
+            balancer.set_health_check(check);
             balancer.health_check_frequency = Some(interval);
         }
         Ok(Upstream {
             config: config.clone(),
             balancer,
             next_check: Mutex::new(config.health_check.map(|_| Instant::now())),
+            ca,
         })
     }
 
@@ -54,7 +89,14 @@ impl Upstream {
     /// ones), with this pool's timeouts; `None` when no server is healthy.
     pub fn peer(&self) -> Option<HttpPeer> {
         let backend = self.balancer.select(b"", 256)?;
-        let mut peer = HttpPeer::new(backend, false, String::new());
+        let mut peer = match &self.config.tls {
+            Some(tls) => {
+                let mut peer = HttpPeer::new(backend, true, tls.sni.clone());
+                apply_tls(&mut peer.options, tls, &self.ca);
+                peer
+            }
+            None => HttpPeer::new(backend, false, String::new()),
+        };
         peer.options.connection_timeout = Some(self.connect_timeout());
         peer.options.read_timeout = Some(self.read_timeout());
         Some(peer)

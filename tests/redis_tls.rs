@@ -9,57 +9,11 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-/// A throwaway CA and a certificate for 127.0.0.1 / localhost signed by it,
-/// made with the `openssl` command (`ca.crt`, `server.crt`, `server.key`).
-fn certificates(dir: &Path, ca_name: &str) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be on PATH (apt-get install openssl)");
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec![
-        "req", "-x509", "-days", "2", "-keyout", "ca.key", "-out", "ca.crt",
-    ];
-    ca.extend(ec);
-    let subject = format!("/CN={ca_name}");
-    ca.extend(["-subj", subject.as_str()]);
-    run(&ca);
-    let mut request = vec!["req", "-keyout", "server.key", "-out", "server.csr"];
-    request.extend(ec);
-    request.extend(["-subj", "/CN=localhost"]);
-    run(&request);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .expect("write san.ext");
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "server.crt",
-    ]);
+/// A throwaway CA and a certificate for 127.0.0.1 / localhost signed by it
+/// (`ca.crt`, `server.crt`, `server.key`); every call makes a new CA.
+fn certificates(dir: &Path) {
+    make_ca(dir, "ca");
+    make_cert(dir, "ca", "server", "DNS:localhost,IP:127.0.0.1");
 }
 
 /// A redis-server with a plain port (for the test's own looks) and a TLS
@@ -116,7 +70,7 @@ routes:
 #[test]
 fn a_tls_redis_with_an_acl_user_limits_exactly_and_the_password_stays_secret() {
     let dir = tempfile::tempdir().expect("tempdir");
-    certificates(dir.path(), "sluice test CA");
+    certificates(dir.path());
     let (redis, tls_port) = tls_redis(dir.path());
     let sluice = Sluice::start(&config(tls_port, "s3cret", &dir.path().join("ca.crt")));
     let statuses: Vec<u16> = (0..5).map(|_| sluice.get("/", &[]).status).collect();
@@ -153,7 +107,7 @@ fn a_tls_redis_with_an_acl_user_limits_exactly_and_the_password_stays_secret() {
 #[test]
 fn a_wrong_password_or_an_unknown_ca_fails_closed_and_says_why_without_the_password() {
     let dir = tempfile::tempdir().expect("tempdir");
-    certificates(dir.path(), "sluice test CA");
+    certificates(dir.path());
     let (_redis, tls_port) = tls_redis(dir.path());
 
     let wrong_password = Sluice::start(&config(tls_port, "guess", &dir.path().join("ca.crt")));
@@ -164,7 +118,7 @@ fn a_wrong_password_or_an_unknown_ca_fails_closed_and_says_why_without_the_passw
 
     // A CA that did not sign the server's certificate.
     let other = tempfile::tempdir().expect("tempdir");
-    certificates(other.path(), "another CA");
+    certificates(other.path());
     let unknown_ca = Sluice::start(&config(tls_port, "s3cret", &other.path().join("ca.crt")));
     assert_eq!(unknown_ca.get("/", &[]).status, 503);
     assert!(!unknown_ca.log().contains("s3cret"));

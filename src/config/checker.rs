@@ -68,18 +68,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Refuses a key sluice does not implement yet.
-    pub(super) fn not_supported<T>(
-        &mut self,
-        path: &KeyPath,
-        value: &Option<T>,
-        what: &'static str,
-    ) {
-        if value.is_some() {
-            self.problem(path, ProblemKind::NotSupported(what));
-        }
-    }
-
     /// Checks a route, limit, upstream or share name: `[a-z0-9_-]+`.
     pub(super) fn name(&mut self, path: &KeyPath, name: &str, what: &'static str) {
         let ok = !name.is_empty()

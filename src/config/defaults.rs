@@ -24,6 +24,8 @@ impl Default for ServerConfig {
             upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
             access_log: true,
             server_header: None,
+            tls: Vec::new(),
+            h2c: false,
             front_door: FrontDoorConfig::default(),
         }
     }

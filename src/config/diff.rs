@@ -74,6 +74,15 @@ fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
     restart("grace_period", o.grace_period != n.grace_period);
     restart("pid_file", o.pid_file != n.pid_file);
     restart("upgrade_sock", o.upgrade_sock != n.upgrade_sock);
+    let addresses = |s: &super::ServerConfig| -> Vec<String> {
+        s.tls.iter().map(|l| l.listen.clone()).collect()
+    };
+    restart("tls (listen addresses)", addresses(o) != addresses(n));
+    restart("h2c", o.h2c != n.h2c);
+    if o.tls != n.tls && addresses(o) == addresses(n) {
+        d.applied
+            .push("server.tls certificates re-read (new handshakes use them)".into());
+    }
 }
 
 fn upstreams(old: &Config, new: &Config, d: &mut ConfigDiff) {

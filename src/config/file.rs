@@ -67,8 +67,26 @@ pub struct ServerFile {
     pub admin_token_env: Option<String>,
     /// The `Server` header of sluice's own responses; absent: none.
     pub server_header: Option<String>,
-    /// Not supported yet.
-    pub tls: Option<Value>,
+    /// TLS listeners.
+    pub tls: Option<Vec<TlsListenerFile>>,
+    /// HTTP/2 with prior knowledge (h2c) on the plain listeners.
+    pub h2c: Option<bool>,
+}
+
+/// One entry of `server.tls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsListenerFile {
+    pub listen: String,
+    pub certs: Vec<TlsCertFile>,
+}
+
+/// One entry of `server.tls[].certs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCertFile {
+    pub cert: String,
+    pub key: String,
 }
 
 /// `server.access_log`.
@@ -188,8 +206,19 @@ pub struct UpstreamFile {
     pub health_check: Option<HealthCheckFile>,
     pub connect_timeout: Option<String>,
     pub read_timeout: Option<String>,
-    /// Not supported yet.
-    pub tls: Option<Value>,
+    pub tls: Option<UpstreamTlsFile>,
+}
+
+/// `upstreams.*.tls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsFile {
+    /// The name to ask for and verify (default: the first server's host).
+    pub sni: Option<String>,
+    /// Verify the certificate and its name (default true).
+    pub verify: Option<bool>,
+    /// PEM CAs to trust instead of the system's.
+    pub ca_file: Option<String>,
 }
 
 /// `upstreams.*.balance`.

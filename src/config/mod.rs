@@ -18,6 +18,7 @@ pub mod position;
 pub mod problem;
 mod resolve;
 pub mod template;
+pub mod tls;
 mod validate;
 
 pub use crate::target::EscapedSlashes;
@@ -84,6 +85,11 @@ pub struct ServerConfig {
     pub server_header: Option<String>,
     /// Limits on what one client connection may hold (reloadable).
     pub front_door: FrontDoorConfig,
+    /// TLS listeners (HTTP/1.1 and HTTP/2 by ALPN); their certificates are
+    /// re-read on every reload, their addresses only on a restart.
+    pub tls: Vec<tls::TlsListenerConfig>,
+    /// HTTP/2 with prior knowledge (h2c) on the plain listeners too.
+    pub h2c: bool,
 }
 
 /// How much of the gateway one client connection may hold, and how the
@@ -310,9 +316,21 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Read timeout on a server's response.
     pub read_timeout: Duration,
+    /// HTTPS to the servers (`tls:`); `None`: plain HTTP.
+    pub tls: Option<UpstreamTls>,
 }
 
-/// How a route matches the path.
+/// `upstreams.*.tls`: how sluice speaks TLS to an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// The server name sent (SNI) and verified.
+    pub sni: String,
+    /// Verify the certificate chain and that it is for `sni`.
+    pub verify: bool,
+    /// DER certificates of the CAs to trust instead of the system's roots
+    /// (read from `ca_file` when the config loads).
+    pub ca_der: Option<Vec<Vec<u8>>>,
+}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathMatch {
     /// Any path.

@@ -50,6 +50,12 @@ impl fmt::Display for KeyPath {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProblemKind {
     // ---- Shared shapes -------------------------------------------------
+    /// An address two listeners would share.
+    #[error("`{0}` is already a listener (server.listen, server.admin or another TLS listener)")]
+    ListenTwice(String),
+    /// A TLS certificate or key that cannot serve.
+    #[error("{0}")]
+    BadCertificate(String),
     /// A `server.server_header` that is not a header value.
     #[error("`server_header` must be 1 to 256 printable ASCII characters")]
     BadServerHeader,

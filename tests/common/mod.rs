@@ -1123,3 +1123,94 @@ pub fn try_get(
     }
     Ok(parse_response(&bytes, start.elapsed()))
 }
+
+// ---------------------------------------------------------------- certificates
+
+/// Runs the `openssl` command in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be on PATH (apt-get install openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+/// A throwaway CA in `dir`: `{name}.crt` and `{name}.key` (P-256).
+pub fn make_ca(dir: &Path, name: &str) {
+    let (cert, key, subject) = (
+        format!("{name}.crt"),
+        format!("{name}.key"),
+        format!("/CN={name}"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-days",
+            "2",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-subj",
+            &subject,
+        ],
+    );
+}
+
+/// A certificate for `sans` (`DNS:api.example.test,IP:127.0.0.1`) signed by
+/// the CA `ca` of [`make_ca`]: `{name}.crt` and `{name}.key` in `dir`.
+pub fn make_cert(dir: &Path, ca: &str, name: &str, sans: &str) {
+    let (cert, key, csr, ext) = (
+        format!("{name}.crt"),
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.ext"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    std::fs::write(dir.join(&ext), format!("subjectAltName={sans}\n")).expect("write ext");
+    let (ca_cert, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_cert,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
+    );
+}

@@ -3,6 +3,7 @@
 use super::super::checker::Checker;
 use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile};
 use super::super::problem::{KeyPath, ProblemKind};
+use super::super::tls::{LoadedCert, TlsListenerConfig};
 use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +11,6 @@ use std::time::Duration;
 pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     let d = ServerConfig::default();
     let at = |key: &str| KeyPath::root("server").key(key);
-    c.not_supported(&at("tls"), &s.tls, "TLS listeners (`server.tls`)");
     let listen = s.listen.clone().unwrap_or(d.listen);
     if listen.is_empty() {
         let item = "address";
@@ -61,7 +61,10 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         }
         valid
     });
+    let tls = tls_listeners(c, s, &listen, &admin);
     ServerConfig {
+        tls,
+        h2c: s.h2c.unwrap_or(d.h2c),
         listen,
         admin,
         server_header,
@@ -74,6 +77,52 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),
         front_door: front_door(c, s),
     }
+}
+
+/// `server.tls`: each listener's address, and its certificates read and
+/// checked now (a missing file, an unreadable key, a key that is not its
+/// certificate's are errors at the entry's line).
+fn tls_listeners(
+    c: &mut Checker,
+    s: &ServerFile,
+    listen: &[String],
+    admin: &str,
+) -> Vec<TlsListenerConfig> {
+    let mut listeners = Vec::new();
+    for (i, l) in s.tls.iter().flatten().enumerate() {
+        let at = KeyPath::root("server").key("tls").index(i);
+        check_listen_addr(c, &at.key("listen"), &l.listen);
+        let taken = listen.contains(&l.listen)
+            || l.listen == admin
+            || listeners
+                .iter()
+                .any(|o: &TlsListenerConfig| o.listen == l.listen);
+        if taken {
+            c.problem(
+                &at.key("listen"),
+                ProblemKind::ListenTwice(l.listen.clone()),
+            );
+        }
+        if l.certs.is_empty() {
+            let item = "certificate ({cert: PATH, key: PATH})";
+            c.problem(
+                &at.key("certs"),
+                ProblemKind::NeedsOne { key: "certs", item },
+            );
+        }
+        let mut certs = Vec::new();
+        for (j, pair) in l.certs.iter().enumerate() {
+            match LoadedCert::load(&pair.cert, &pair.key) {
+                Ok(cert) => certs.push(cert),
+                Err(why) => c.problem(&at.key("certs").index(j), ProblemKind::BadCertificate(why)),
+            }
+        }
+        listeners.push(TlsListenerConfig {
+            listen: l.listen.clone(),
+            certs,
+        });
+    }
+    listeners
 }
 
 fn front_door(c: &mut Checker, s: &ServerFile) -> FrontDoorConfig {

@@ -3,15 +3,16 @@
 
 use super::super::checker::Checker;
 use super::super::defaults::upstream as defaults;
-use super::super::file::{BalanceFile, UpstreamFile};
+use super::super::file::{BalanceFile, UpstreamFile, UpstreamTlsFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::UpstreamConfig;
+use super::super::{UpstreamConfig, UpstreamTls};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use std::time::Duration;
 
 pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> UpstreamConfig {
     let path = KeyPath::root("upstreams").key(name);
     c.name(&path, name, "upstream");
-    c.not_supported(&path.key("tls"), &f.tls, "TLS to upstreams (`tls`)");
     if matches!(f.balance, Some(BalanceFile::Random | BalanceFile::HashIp)) {
         let what = "`balance` other than round_robin";
         c.problem(&path.key("balance"), ProblemKind::NotSupported(what));
@@ -61,5 +62,58 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
         health_check,
         connect_timeout,
         read_timeout,
+        tls: f
+            .tls
+            .as_ref()
+            .map(|t| tls(c, &path.key("tls"), t, &f.servers)),
+    }
+}
+
+/// `tls:`: the name defaults to the first server's host; `ca_file` is read
+/// now, and every certificate in it must parse.
+fn tls(c: &mut Checker, at: &KeyPath, t: &UpstreamTlsFile, servers: &[String]) -> UpstreamTls {
+    let host = servers
+        .first()
+        .and_then(|s| s.rsplit_once(':'))
+        .map(|(host, _)| {
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string()
+        })
+        .unwrap_or_default();
+    let sni = t.sni.clone().unwrap_or(host);
+    let ca_der = t.ca_file.as_ref().and_then(|file| {
+        let at = at.key("ca_file");
+        let pem = match std::fs::read(file) {
+            Ok(pem) => pem,
+            Err(e) => {
+                let kind = ProblemKind::CannotRead {
+                    file: file.clone(),
+                    error: e.to_string(),
+                };
+                c.problem(&at, kind);
+                return None;
+            }
+        };
+        let certs: Result<Vec<CertificateDer<'static>>, _> =
+            CertificateDer::pem_slice_iter(&pem).collect();
+        let parsed = certs.ok().filter(|certs| {
+            !certs.is_empty()
+                && certs
+                    .iter()
+                    .all(|cert| webpki::anchor_from_trusted_cert(cert).is_ok())
+        });
+        match parsed {
+            Some(certs) => Some(certs.iter().map(|cert| cert.as_ref().to_vec()).collect()),
+            None => {
+                c.problem(&at, ProblemKind::NotPem(file.clone()));
+                None
+            }
+        }
+    });
+    UpstreamTls {
+        sni,
+        verify: t.verify.unwrap_or(true),
+        ca_der,
     }
 }

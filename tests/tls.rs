@@ -1,0 +1,344 @@
+//! TLS listeners (`server.tls`): a client verifies the gateway's certificate
+//! by SNI for two names (one a wildcard) and gets the default for others;
+//! certificates rotate on SIGHUP under load with no failed request; HTTP/2
+//! by ALPN is limited exactly like HTTP/1.1; `--check` refuses a missing
+//! file, a key that is not a key and a key that is not the certificate's.
+
+mod common;
+
+use common::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// A CA and two certificates: `api` for api.example.test (the default) and
+/// `wild` for *.other.test.
+fn certificates(dir: &Path) {
+    make_ca(dir, "ca");
+    make_cert(dir, "ca", "api", "DNS:api.example.test");
+    make_cert(dir, "ca", "wild", "DNS:*.other.test");
+}
+
+fn tls_server_keys(dir: &Path, tls: SocketAddr) -> String {
+    let file = |name: &str| dir.join(name).display().to_string();
+    format!(
+        "  tls:\n    - listen: \"{tls}\"\n      certs:\n        - {{ cert: \"{}\", key: \"{}\" }}\n        - {{ cert: \"{}\", key: \"{}\" }}\n",
+        file("api.crt"),
+        file("api.key"),
+        file("wild.crt"),
+        file("wild.key"),
+    )
+}
+
+const BODY: &str = r#"
+limiter: { backend: local }
+routes:
+  - name: api
+    respond: { status: 200, body: "hello over tls" }
+    limits:
+      - { name: per-key, key: [{header: X-Key}], limit: 3, window: 1m, on_missing: skip }
+"#;
+
+/// A rustls client trusting only `ca.crt` of `dir`.
+fn client_config(dir: &Path) -> Arc<rustls::ClientConfig> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("ca.crt")).expect("ca.crt") {
+        roots.add(cert.expect("a CA certificate")).expect("add CA");
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // Every connection a full handshake: a resumed session would show the
+    // certificate of the session it resumes.
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// `GET /` over TLS to `addr` naming `name`, the certificate verified;
+/// (status, the leaf certificate the server sent).
+fn https_get(
+    config: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    name: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, Vec<u8>), String> {
+    let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+    let connection = rustls::ClientConnection::new(Arc::clone(config), server_name)
+        .map_err(|e| e.to_string())?;
+    let socket = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(connection, socket);
+    let mut request = format!("GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        request.push_str(&format!("{n}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    tls.write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    // A peer that closes without close_notify still gave a whole response.
+    let _ = tls.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no response: {text:?}"))?;
+    let leaf = tls
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec())
+        .unwrap_or_default();
+    Ok((status, leaf))
+}
+
+fn der_of(dir: &Path, name: &str) -> Vec<u8> {
+    CertificateDer::pem_file_iter(dir.join(format!("{name}.crt")))
+        .expect("cert file")
+        .next()
+        .expect("a certificate")
+        .expect("PEM")
+        .as_ref()
+        .to_vec()
+}
+
+fn start(dir: &Path) -> (Sluice, SocketAddr) {
+    let tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let sluice = Sluice::start_with_server(&tls_server_keys(dir, tls), BODY, &[]);
+    wait_until(Duration::from_secs(10), "the TLS listener", || {
+        TcpStream::connect(tls).is_ok()
+    });
+    (sluice, tls)
+}
+
+#[test]
+fn a_client_verifies_the_certificate_chosen_by_sni_for_two_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let (_sluice, tls) = start(dir.path());
+    let config = client_config(dir.path());
+
+    let (status, leaf) = https_get(&config, tls, "api.example.test", &[]).expect("api");
+    assert_eq!((status, leaf), (200, der_of(dir.path(), "api")));
+    let (status, leaf) = https_get(&config, tls, "eu.other.test", &[]).expect("wildcard");
+    assert_eq!((status, leaf), (200, der_of(dir.path(), "wild")));
+    // A name no certificate covers gets the default, which the client
+    // rightly refuses.
+    let refused = https_get(&config, tls, "unknown.test", &[]);
+    assert!(refused.is_err(), "{refused:?}");
+}
+
+#[test]
+fn http2_by_alpn_is_limited_exactly_like_http1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let (sluice, tls) = start(dir.path());
+    let curl = |version: &str, key: &str| -> (String, String) {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                version,
+                "--cacert",
+                &dir.path().join("ca.crt").display().to_string(),
+                "--resolve",
+                &format!("api.example.test:{}:127.0.0.1", tls.port()),
+                "-H",
+                &format!("X-Key: {key}"),
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{http_version}",
+                &format!("https://api.example.test:{}/", tls.port()),
+            ])
+            .output()
+            .expect("curl must be on PATH (apt-get install curl)");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (code, version) = text.split_once(' ').unwrap_or((&text, ""));
+        (code.to_string(), version.to_string())
+    };
+    for version in ["--http2", "--http1.1"] {
+        let key = format!("k{version}");
+        let results: Vec<(String, String)> = (0..5).map(|_| curl(version, &key)).collect();
+        let codes: Vec<&str> = results.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["200", "200", "200", "429", "429"],
+            "{version}: {results:?}"
+        );
+        let expected = if version == "--http2" { "2" } else { "1.1" };
+        assert!(results.iter().all(|(_, v)| v == expected), "{results:?}");
+    }
+    // Both protocols count in the same series (a repeated denial is
+    // answered by the deny cache).
+    assert_eq!(sluice.decisions("api", "per-key", "allow", "local"), 6);
+    let denied = sluice.decisions("api", "per-key", "deny", "local")
+        + sluice.decisions("api", "per-key", "deny", "deny_cache");
+    assert_eq!(denied, 4);
+}
+
+#[test]
+fn certificates_rotate_on_sighup_under_load_without_a_failed_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let (sluice, tls) = start(dir.path());
+    let config = client_config(dir.path());
+    let before = der_of(dir.path(), "api");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, sent, failures, config) =
+                (stop.clone(), sent.clone(), failures.clone(), config.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match https_get(&config, tls, "api.example.test", &[]) {
+                        Ok((200, _)) => {}
+                        other => failures.lock().unwrap().push(format!("{other:?}")),
+                    }
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "load", || {
+        sent.load(Ordering::SeqCst) > 20
+    });
+
+    // A new certificate for the same name, written over the old files.
+    make_cert(dir.path(), "ca", "api", "DNS:api.example.test");
+    let after = der_of(dir.path(), "api");
+    assert_ne!(before, after);
+    sluice.signal("-HUP");
+    wait_until(
+        Duration::from_secs(10),
+        "the new certificate served",
+        || https_get(&config, tls, "api.example.test", &[]).is_ok_and(|(_, leaf)| leaf == after),
+    );
+    let at_reload = sent.load(Ordering::SeqCst);
+    wait_until(Duration::from_secs(5), "load after the reload", || {
+        sent.load(Ordering::SeqCst) > at_reload + 20
+    });
+    stop.store(true, Ordering::SeqCst);
+    for thread in load {
+        thread.join().expect("load thread");
+    }
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed: {failures:?}",
+        failures.len()
+    );
+    assert!(sluice.reloads("success") >= 1);
+}
+
+#[test]
+fn check_refuses_missing_unreadable_and_mismatched_certificates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    std::fs::write(dir.path().join("garbage.key"), "not a key\n").expect("write");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let check = |cert: &str, key: &str| {
+        let text = format!(
+            "server:\n  tls:\n    - listen: \"127.0.0.1:8443\"\n      certs:\n        - {{ cert: \"{cert}\", key: \"{key}\" }}\n"
+        );
+        let path = dir.path().join("sluice.yaml");
+        std::fs::write(&path, text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("--check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .expect("sluice --check");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (cert, key, needle) in [
+        (file("missing.crt"), file("api.key"), "cannot read"),
+        (
+            file("api.crt"),
+            file("garbage.key"),
+            "is not a PEM private key",
+        ),
+        (file("api.crt"), file("wild.key"), "is not the key of"),
+    ] {
+        let (code, stderr) = check(&cert, &key);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains(":5:"), "the entry's line: {stderr}");
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    let (code, stderr) = check(&file("api.crt"), &file("api.key"));
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The shipped TLS example passes `--check` with real certificates.
+#[test]
+fn the_shipped_tls_example_passes_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .arg("--config")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/conf/examples/tls.yaml"
+        ))
+        .env("SLUICE_TLS_CERT", file("api.crt"))
+        .env("SLUICE_TLS_KEY", file("api.key"))
+        .env("SLUICE_TLS_WILDCARD_CERT", file("wild.crt"))
+        .env("SLUICE_TLS_WILDCARD_KEY", file("wild.key"))
+        .output()
+        .expect("sluice --check");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("tls 0.0.0.0:8443 (2 certificates)"),
+        "{printed}"
+    );
+}
+
+/// `server.h2c: true`: HTTP/2 with prior knowledge on a plain listener,
+/// limited like everything else.
+#[test]
+fn h2c_with_prior_knowledge_is_served_when_enabled() {
+    let sluice = Sluice::start_with_server("  h2c: true\n", BODY, &[]);
+    let curl = || {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "--http2-prior-knowledge",
+                "-H",
+                "X-Key: h2c",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{http_version}",
+                &format!("http://{}/", sluice.addr),
+            ])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let results: Vec<String> = (0..4).map(|_| curl()).collect();
+    assert_eq!(results, ["200 2", "200 2", "200 2", "429 2"]);
+}
