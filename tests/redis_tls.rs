@@ -131,21 +131,7 @@ fn a_wrong_password_or_an_unknown_ca_fails_closed_and_says_why_without_the_passw
 
 #[test]
 fn check_refuses_a_missing_ca_file_and_tls_settings_without_rediss() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let check = |text: &str| {
-        let path = dir.path().join("bad.yaml");
-        std::fs::write(&path, text).expect("write");
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("--check")
-            .arg("--config")
-            .arg(&path)
-            .output()
-            .expect("sluice --check");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     let (code, stderr) = check(
         "limiter:\n  redis:\n    url: \"rediss://u:topsecret@127.0.0.1:6380/0\"\n    tls: { ca_file: /nonexistent/ca.pem }\n",
     );

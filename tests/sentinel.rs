@@ -211,21 +211,7 @@ routes:
 
 #[test]
 fn check_refuses_a_sentinel_without_nodes_or_beside_a_cluster() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let check = |text: &str| {
-        let path = dir.path().join("bad.yaml");
-        std::fs::write(&path, text).expect("write");
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("--check")
-            .arg("--config")
-            .arg(&path)
-            .output()
-            .expect("sluice --check");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     let (code, stderr) =
         check("limiter:\n  redis:\n    sentinel: { master: m, nodes: [], password: hunter2 }\n");
     assert_eq!(code, Some(1));

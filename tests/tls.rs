@@ -254,18 +254,7 @@ fn check_refuses_missing_unreadable_and_mismatched_certificates() {
         let text = format!(
             "server:\n  tls:\n    - listen: \"127.0.0.1:8443\"\n      certs:\n        - {{ cert: \"{cert}\", key: \"{key}\" }}\n"
         );
-        let path = dir.path().join("sluice.yaml");
-        std::fs::write(&path, text).expect("write");
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("--check")
-            .arg("--config")
-            .arg(&path)
-            .output()
-            .expect("sluice --check");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        check_config(&text)
     };
     for (cert, key, needle) in [
         (file("missing.crt"), file("api.key"), "cannot read"),

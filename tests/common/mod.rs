@@ -1124,6 +1124,26 @@ pub fn try_get(
     Ok(parse_response(&bytes, start.elapsed()))
 }
 
+// ------------------------------------------------------------------ --check
+
+/// Runs `sluice --check` on `text`, written to a temporary file: its exit
+/// code and what it printed to stderr.
+pub fn check_config(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sluice.yaml");
+    std::fs::write(&path, text).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run sluice --check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 // ---------------------------------------------------------------- certificates
 
 /// Runs the `openssl` command in `dir`.
