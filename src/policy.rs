@@ -192,6 +192,83 @@ impl Rejection<'_> {
     }
 }
 
+impl Rejection<'_> {
+    /// The same rejection as a gRPC client understands it: HTTP 200,
+    /// trailers-only (`grpc-status`, `grpc-message` in the one header block,
+    /// no body). A denial is `RESOURCE_EXHAUSTED` (8) with the wait in
+    /// `retry-after` and the message; a failed limiter or upstream is
+    /// `UNAVAILABLE` (14), an upstream timeout `DEADLINE_EXCEEDED` (4).
+    pub fn grpc_reply(&self) -> Reply {
+        let (code, message, mut headers) = match self {
+            Rejection::BadRequest => (13, "bad request".to_string(), Vec::new()),
+            Rejection::NotFound => (12, "no route".to_string(), Vec::new()),
+            Rejection::Unauthorized => (16, "unauthorized".to_string(), Vec::new()),
+            Rejection::TooMany {
+                route,
+                limit,
+                retry_after,
+                headers,
+                ..
+            } => {
+                let mut all = vec![("retry-after", HeaderValue::from(*retry_after))];
+                all.extend(headers.iter().cloned());
+                let message =
+                    format!("rate limited: route {route}, limit {limit}; retry in {retry_after}s");
+                (8, message, all)
+            }
+            Rejection::Unavailable { route } => (
+                14,
+                format!("rate limiter unavailable: route {route}"),
+                Vec::new(),
+            ),
+            Rejection::BadGateway { route } => {
+                let route = route.unwrap_or("-");
+                (
+                    14,
+                    format!("upstream unavailable: route {route}"),
+                    Vec::new(),
+                )
+            }
+            Rejection::GatewayTimeout { route } => {
+                let route = route.unwrap_or("-");
+                (4, format!("upstream timed out: route {route}"), Vec::new())
+            }
+            Rejection::Internal => (13, "internal error".to_string(), Vec::new()),
+        };
+        headers.insert(0, ("grpc-status", HeaderValue::from(code)));
+        // Names and numbers only: printable ASCII without `%`, which
+        // gRPC's percent-encoding leaves as it is.
+        let message: String = message
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() && c != '%' || c == ' ' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if let Ok(value) = HeaderValue::from_str(&message) {
+            headers.insert(1, ("grpc-message", value));
+        }
+        Reply {
+            status: 200,
+            content_type: "application/grpc",
+            headers,
+            body: Bytes::new(),
+        }
+    }
+}
+
+/// Whether the request is a gRPC call (`content-type: application/grpc`,
+/// `application/grpc+proto`, …), whose rejections take gRPC's form.
+pub fn is_grpc(head: &RequestHeader) -> bool {
+    head.headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| v.as_bytes())
+        .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc"))
+}
+
 /// A `respond:` route's answer, with the rate headers of its limits.
 pub fn fixed_reply(status: u16, body: &str, headers: Vec<(&'static str, HeaderValue)>) -> Reply {
     Reply {

@@ -67,15 +67,29 @@ async fn wait_turn(session: &mut Session, wait: Duration) -> bool {
     }
 }
 
+/// Writes a rejection: in gRPC's form for a gRPC call, else as JSON.
+async fn reject(
+    session: &mut Session,
+    rejection: &Rejection<'_>,
+    server: Option<&str>,
+) -> Result<bool> {
+    if policy::is_grpc(session.req_header()) {
+        respond(session, rejection.grpc_reply(), server).await
+    } else {
+        respond(session, rejection.reply(), server).await
+    }
+}
+
 /// Writes a reply the gateway makes itself, and ends the request.
-/// `server`: the configured `Server` header, if any.
+/// `server`: the configured `Server` header, if any. A gRPC reply (no body)
+/// is trailers-only: one header block that ends the stream.
 async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) -> Result<bool> {
     let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 3))?;
     if let Some(server) = server {
         response.insert_header(header::SERVER, server)?;
     }
     response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
-    response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
+    let trailers_only = reply.content_type == "application/grpc";
     for (name, value) in reply.headers {
         response.insert_header(name, value)?;
     }
@@ -84,7 +98,19 @@ async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) -> R
     if !session.is_body_empty() {
         session.set_keepalive(None);
     }
-    let head_only = session.req_header().method == http::Method::HEAD;
+    if trailers_only {
+        // One header block that ends the stream (what gRPC calls
+        // trailers-only); Pingora's proxy session would end the stream with
+        // an empty DATA frame, which gRPC clients take for missing trailers.
+        if let pingora::protocols::http::ServerSession::H2(h2) = session.downstream_session.as_mut()
+        {
+            h2.write_response_header(Box::new(response), true)?;
+            return Ok(true);
+        }
+    }
+    // Over HTTP/1.1 (no gRPC client speaks it) it is an empty response.
+    response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
+    let head_only = trailers_only || session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(response), head_only)
         .await?;
@@ -130,7 +156,7 @@ impl ProxyHttp for Gateway {
                         Some(String::from_utf8_lossy(session.req_header().raw_path()).into());
                 }
                 let server = state.config.server.server_header.as_deref();
-                return respond(session, rejection.reply(), server).await;
+                return reject(session, &rejection, server).await;
             }
         };
         let route = &state.compiled[routed.route];
@@ -145,7 +171,7 @@ impl ProxyHttp for Gateway {
         match judgement.step {
             Step::Reject(rejection) => {
                 let server = state.config.server.server_header.as_deref();
-                respond(session, rejection.reply(), server).await
+                reject(session, &rejection, server).await
             }
             Step::Proceed(mut leases) => {
                 if let Some(held) = leases.as_mut().filter(|l| !l.delay().is_zero()) {
@@ -279,12 +305,11 @@ impl ProxyHttp for Gateway {
                 can_reuse_downstream: false,
             };
         };
-        let reply = rejection.reply();
-        let code = reply.status;
+        let code = rejection.reply().status;
         // Once a response head is on its way, nothing more can be said.
         if session.response_written().is_none() {
             let server = ctx.state.config.server.server_header.clone();
-            if let Err(e) = respond(session, reply, server.as_deref()).await {
+            if let Err(e) = reject(session, &rejection, server.as_deref()).await {
                 log::debug!("could not send the {code} to the client: {e}");
             }
         }

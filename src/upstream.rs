@@ -1,10 +1,11 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
-use crate::config::{UpstreamConfig, UpstreamTls};
+use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use crate::sync::Locked;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
+use pingora::protocols::ALPN;
 use pingora::upstreams::peer::PeerOptions;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 use std::sync::Arc;
@@ -97,6 +98,10 @@ impl Upstream {
             }
             None => HttpPeer::new(backend, false, String::new()),
         };
+        if self.config.protocol != UpstreamProtocol::Http1 {
+            // h2 by ALPN over TLS; without TLS, HTTP/2 with prior knowledge.
+            peer.options.alpn = ALPN::H2;
+        }
         peer.options.connection_timeout = Some(self.connect_timeout());
         peer.options.read_timeout = Some(self.read_timeout());
         Some(peer)

@@ -69,6 +69,7 @@ fn bad_configs_name_file_line_column_and_reason() {
         (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: delay, max_delay: 2m}}\n"), 5, "`max_delay` must be at most 60s"),
         (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: delay, count_when: {{status: [401]}}}}\n"), 5, "cannot apply to a limit counted by its response"),
         (&format!("{ROUTE_HEAD}      - {{name: d, key: [ip], limit: 5, window: 1s, on_limit: wait}}\n"), 5, "unknown variant `wait`"),
+        ("upstreams:\n  api:\n    servers: [\"127.0.0.1:3000\"]\n    protocol: h2\n", 4, "`protocol: h2` is HTTP/2 over TLS"),
         ("routes: [\n", 2, ""),
     ];
     for (text, line, needle) in cases {

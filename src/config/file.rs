@@ -6,7 +6,7 @@
 //! Keys that DESIGN names but sluice does not implement yet are accepted here as
 //! raw values so that validation can say "not supported yet" instead of "unknown".
 
-use super::{Backend, EscapedSlashes, HeaderStyle, OnError, OnMissing};
+use super::{Backend, EscapedSlashes, HeaderStyle, OnError, OnMissing, UpstreamProtocol};
 use serde::Deserialize;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
@@ -207,6 +207,7 @@ pub struct UpstreamFile {
     pub connect_timeout: Option<String>,
     pub read_timeout: Option<String>,
     pub tls: Option<UpstreamTlsFile>,
+    pub protocol: Option<UpstreamProtocol>,
 }
 
 /// `upstreams.*.tls`.

@@ -318,6 +318,21 @@ pub struct UpstreamConfig {
     pub read_timeout: Duration,
     /// HTTPS to the servers (`tls:`); `None`: plain HTTP.
     pub tls: Option<UpstreamTls>,
+    /// The HTTP version spoken to the servers.
+    pub protocol: UpstreamProtocol,
+}
+
+/// `upstreams.*.protocol`: how sluice speaks to an upstream's servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (needs `tls`): gRPC servers behind TLS.
+    H2,
+    /// HTTP/2 with prior knowledge over plain TCP: gRPC servers without TLS.
+    H2c,
 }
 
 /// `upstreams.*.tls`: how sluice speaks TLS to an upstream.

@@ -254,6 +254,9 @@ pub enum ProblemKind {
     /// A URL scheme sluice does not speak.
     #[error("unknown Redis URL scheme `{0}` (use redis:// or rediss://)")]
     UnknownRedisScheme(String),
+    /// An upstream protocol that its TLS setting contradicts.
+    #[error("{0}")]
+    ProtocolAndTls(&'static str),
     /// Not `host:port`.
     #[error("`{0}` is not host:port")]
     NotHostPort(String),

@@ -5,7 +5,7 @@ use super::super::checker::Checker;
 use super::super::defaults::upstream as defaults;
 use super::super::file::{BalanceFile, UpstreamFile, UpstreamTlsFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::{UpstreamConfig, UpstreamTls};
+use super::super::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use std::time::Duration;
@@ -66,7 +66,26 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
             .tls
             .as_ref()
             .map(|t| tls(c, &path.key("tls"), t, &f.servers)),
+        protocol: protocol(c, &path, f),
     }
+}
+
+/// `protocol:` h2 is HTTP/2 over TLS, h2c over plain TCP.
+fn protocol(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> UpstreamProtocol {
+    let protocol = f.protocol.unwrap_or_default();
+    let why = match (protocol, f.tls.is_some()) {
+        (UpstreamProtocol::H2, false) => {
+            Some("`protocol: h2` is HTTP/2 over TLS: add `tls`, or use h2c")
+        }
+        (UpstreamProtocol::H2c, true) => {
+            Some("`protocol: h2c` is HTTP/2 without TLS: use h2 with `tls`")
+        }
+        _ => None,
+    };
+    if let Some(why) = why {
+        c.problem(&path.key("protocol"), ProblemKind::ProtocolAndTls(why));
+    }
+    protocol
 }
 
 /// `tls:`: the name defaults to the first server's host; `ca_file` is read
