@@ -241,7 +241,7 @@ impl Rejection<'_> {
         let message: String = message
             .chars()
             .map(|c| {
-                if c.is_ascii_graphic() && c != '%' || c == ' ' {
+                if (c.is_ascii_graphic() && c != '%') || c == ' ' {
                     c
                 } else {
                     '_'

@@ -220,8 +220,9 @@ fn websocket_echo_server() -> SocketAddr {
     addr
 }
 
-#[test]
-fn websocket_passes_and_its_limit_counts_connections() {
+/// A sluice with a `/ws/` route to a WebSocket echo server, limited by
+/// `limit` (a limit entry).
+fn chat_gateway(limit: &str) -> Sluice {
     let ws = websocket_echo_server();
     let body = format!(
         r#"limiter:
@@ -233,18 +234,34 @@ routes:
     match: {{ path_prefix: /ws/ }}
     upstream: chat
     limits:
-      - {{ name: per-ip, key: [ip], limit: 1, window: 1m }}
+      - {limit}
 "#
     );
-    let sluice = Sluice::start_with_server("", &body, &[]);
+    Sluice::start_with_server("", &body, &[])
+}
 
+/// A WebSocket handshake to `/ws/room`: its status, and the socket when it
+/// opened.
+fn open_socket(sluice: &Sluice) -> (u16, Option<tungstenite::WebSocket<TcpStream>>) {
     let stream = TcpStream::connect(sluice.addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    let (mut socket, response) =
-        tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream).expect("handshake");
-    assert_eq!(response.status(), 101);
+    match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream) {
+        Ok((socket, response)) => (response.status().as_u16(), Some(socket)),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            (response.status().as_u16(), None)
+        }
+        Err(e) => panic!("a handshake failed otherwise: {e}"),
+    }
+}
+
+#[test]
+fn websocket_passes_and_its_limit_counts_connections() {
+    let sluice = chat_gateway("{ name: per-ip, key: [ip], limit: 1, window: 1m }");
+    let (status, socket) = open_socket(&sluice);
+    assert_eq!(status, 101);
+    let mut socket = socket.expect("an open socket");
     for i in 0..5 {
         let text = format!("message {i}");
         socket
@@ -254,14 +271,7 @@ routes:
         assert_eq!(echo.into_text().expect("text").as_str(), text);
     }
     // Five messages, one connection: the limit counted the handshake once.
-    let second = TcpStream::connect(sluice.addr).expect("connect");
-    match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), second) {
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-            assert_eq!(response.status(), 429)
-        }
-        Err(e) => panic!("a second connection failed otherwise: {e}"),
-        Ok((_, response)) => panic!("a second connection got {}", response.status()),
-    }
+    assert_eq!(open_socket(&sluice).0, 429, "a second connection");
     let _ = socket.close(None);
 }
 
@@ -269,35 +279,8 @@ routes:
 /// of the connection, and gives it back when either side closes.
 #[test]
 fn a_websocket_holds_its_concurrency_lease_until_either_side_closes() {
-    let ws = websocket_echo_server();
-    let body = format!(
-        r#"limiter:
-  backend: local
-upstreams:
-  chat: {{ servers: ["{ws}"] }}
-routes:
-  - name: chat
-    match: {{ path_prefix: /ws/ }}
-    upstream: chat
-    limits:
-      - {{ name: open, key: [ip], limit: 1, algorithm: concurrency }}
-"#
-    );
-    let sluice = Sluice::start_with_server("", &body, &[]);
-    // (status, the socket when it opened).
-    let open = || {
-        let stream = TcpStream::connect(sluice.addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream) {
-            Ok((socket, response)) => (response.status().as_u16(), Some(socket)),
-            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-                (response.status().as_u16(), None)
-            }
-            Err(_) => (0, None),
-        }
-    };
+    let sluice = chat_gateway("{ name: open, key: [ip], limit: 1, algorithm: concurrency }");
+    let open = || open_socket(&sluice);
 
     // The client closes: the lease comes back.
     let mut first = open().1.expect("first connection");

@@ -131,9 +131,11 @@ fn a_burst_waits_its_turn_and_no_window_admits_more_than_the_limit() {
     let mut arrivals = upstream.arrivals();
     arrivals.sort();
     assert_eq!(arrivals.len(), 8);
+    // (A late wake-up only delays a request; 400 ms of margin for the
+    // first four arriving late on a loaded machine.)
     for pair in arrivals.windows(5) {
         assert!(
-            pair[4] - pair[0] >= Duration::from_millis(850),
+            pair[4] - pair[0] >= Duration::from_millis(600),
             "{arrivals:?}"
         );
     }
@@ -173,11 +175,12 @@ fn a_token_bucket_spaces_a_burst_at_its_rate() {
         span >= Duration::from_millis(450),
         "paced at the refill rate: {span:?} {results:?} {arrivals:?}"
     );
-    for pair in arrivals.windows(2) {
-        assert!(
-            pair[1] - pair[0] >= Duration::from_millis(50),
-            "{arrivals:?}"
-        );
+    // The i-th arrives no earlier than its turn, i × 100 ms after the
+    // first (less 100 ms, should the first itself be late): waking late
+    // only ever delays a request.
+    for (i, at) in arrivals.iter().enumerate() {
+        let turn = Duration::from_millis(100 * i as u64).saturating_sub(Duration::from_millis(100));
+        assert!(*at - arrivals[0] >= turn, "{arrivals:?}");
     }
 }
 
@@ -228,7 +231,11 @@ fn a_client_that_leaves_while_waiting_gives_its_turn_back() {
         "{:?}",
         next.elapsed
     );
-    assert!(sluice.log().contains("status=499") || !sluice.log().contains("panicked"));
+    assert!(
+        sluice.log().contains("\"status\":499"),
+        "the access log names the 499:\n{}",
+        sluice.log()
+    );
 }
 
 #[test]

@@ -50,6 +50,23 @@ impl<'a> Checker<'a> {
         self.problems.push(problem);
     }
 
+    /// The bytes of `file` (a key, certificate or CA named at `path`), read
+    /// when the configuration loads; `None`, with the problem reported,
+    /// when it cannot be read.
+    pub(super) fn read_file(&mut self, path: &KeyPath, file: &str) -> Option<Vec<u8>> {
+        match std::fs::read(file) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                let kind = ProblemKind::CannotRead {
+                    file: file.to_string(),
+                    error: e.to_string(),
+                };
+                self.problem(path, kind);
+                None
+            }
+        }
+    }
+
     /// The duration at `path`, or `default` when it is absent or wrong.
     pub(super) fn duration(
         &mut self,

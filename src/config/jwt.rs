@@ -137,16 +137,8 @@ fn public_key(c: &mut Checker, f: &JwtFile, fam: Family) -> JwtKey {
         return JwtKey::Secret(Vec::new());
     };
     let path = at("public_key_file");
-    let pem = match std::fs::read(file) {
-        Ok(pem) => pem,
-        Err(e) => {
-            let kind = ProblemKind::CannotRead {
-                file: file.clone(),
-                error: e.to_string(),
-            };
-            c.problem(&path, kind);
-            return JwtKey::Secret(Vec::new());
-        }
+    let Some(pem) = c.read_file(&path, file) else {
+        return JwtKey::Secret(Vec::new());
     };
     let parsed = match fam {
         Family::Rsa => DecodingKey::from_rsa_pem(&pem).map(|_| JwtKey::RsaPem(pem)),

@@ -53,15 +53,18 @@ impl Waiters {
             })
             .ok()?;
         let entered = match self.by_key.lock() {
-            Ok(mut by_key) => {
-                let held = by_key.entry(key.to_string()).or_insert(0);
-                if *held < max_per_key {
+            Ok(mut by_key) => match by_key.get_mut(key) {
+                Some(held) if *held < max_per_key => {
                     *held += 1;
                     true
-                } else {
-                    false
                 }
-            }
+                Some(_) => false,
+                None if max_per_key > 0 => {
+                    by_key.insert(key.to_string(), 1);
+                    true
+                }
+                None => false,
+            },
             Err(_) => false,
         };
         if !entered {

@@ -135,21 +135,12 @@ fn tls(c: &mut Checker, f: &LimiterFile, url: &str) -> RedisTlsConfig {
     }
     let mut read = |key: &str, file: &Option<String>| -> Option<Vec<u8>> {
         let file = file.as_ref()?;
-        match std::fs::read(file) {
-            Ok(pem) if pem.windows(11).any(|w| w == b"-----BEGIN ") => Some(pem),
-            Ok(_) => {
-                c.problem(&at(key), ProblemKind::NotPem(file.clone()));
-                None
-            }
-            Err(e) => {
-                let kind = ProblemKind::CannotRead {
-                    file: file.clone(),
-                    error: e.to_string(),
-                };
-                c.problem(&at(key), kind);
-                None
-            }
+        let pem = c.read_file(&at(key), file)?;
+        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            c.problem(&at(key), ProblemKind::NotPem(file.clone()));
+            return None;
         }
+        Some(pem)
     };
     let ca_pem = read("ca_file", &t.ca_file);
     let cert = read("cert_file", &t.cert_file);

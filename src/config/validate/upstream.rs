@@ -103,17 +103,7 @@ fn tls(c: &mut Checker, at: &KeyPath, t: &UpstreamTlsFile, servers: &[String]) -
     let sni = t.sni.clone().unwrap_or(host);
     let ca_der = t.ca_file.as_ref().and_then(|file| {
         let at = at.key("ca_file");
-        let pem = match std::fs::read(file) {
-            Ok(pem) => pem,
-            Err(e) => {
-                let kind = ProblemKind::CannotRead {
-                    file: file.clone(),
-                    error: e.to_string(),
-                };
-                c.problem(&at, kind);
-                return None;
-            }
-        };
+        let pem = c.read_file(&at, file)?;
         let certs: Result<Vec<CertificateDer<'static>>, _> =
             CertificateDer::pem_slice_iter(&pem).collect();
         let parsed = certs.ok().filter(|certs| {

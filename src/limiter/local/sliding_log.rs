@@ -49,10 +49,15 @@ impl Counter for SlidingLog {
         } else {
             p.window
         };
-        // Before any reservation still to come, to keep the log in order.
-        let at = self.admitted.partition_point(|&t| t <= now);
-        for _ in 0..p.cost {
-            self.admitted.insert(at, now);
+        if self.admitted.back().is_none_or(|&last| last <= now) {
+            self.admitted
+                .extend(std::iter::repeat_n(now, p.cost as usize));
+        } else {
+            // Before the reservations still to come, to keep the log in order.
+            let at = self.admitted.partition_point(|&t| t <= now);
+            for _ in 0..p.cost {
+                self.admitted.insert(at, now);
+            }
         }
         (p.limit.saturating_sub(count + p.cost), reset)
     }
