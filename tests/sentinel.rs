@@ -18,22 +18,32 @@ const MASTER: &str = "sluicemaster";
 struct Sentinel {
     child: Child,
     port: u16,
+    /// Its `requirepass`, if any.
+    password: Option<String>,
     _dir: tempfile::TempDir,
 }
 
 impl Sentinel {
+    /// A sentinel of three (a quorum of 2), open to any client.
     fn start(primary_port: u16) -> Self {
+        Self::start_with(primary_port, 2, "", None)
+    }
+
+    /// A sentinel watching the primary at `primary_port` with `quorum`,
+    /// `extra` lines of configuration, and `password` required of clients.
+    fn start_with(primary_port: u16, quorum: u32, extra: &str, password: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let file = dir.path().join("sentinel.conf");
+        let requirepass = password.map_or(String::new(), |p| format!("requirepass \"{p}\"\n"));
         std::fs::write(
             &file,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                 sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n{requirepass}\
+                 sentinel monitor {MASTER} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {MASTER} 1000\n\
                  sentinel failover-timeout {MASTER} 5000\n\
-                 sentinel parallel-syncs {MASTER} 1\n",
+                 sentinel parallel-syncs {MASTER} 1\n{extra}",
                 dir = dir.path().display()
             ),
         )
@@ -48,6 +58,7 @@ impl Sentinel {
         let sentinel = Self {
             child,
             port,
+            password: password.map(str::to_string),
             _dir: dir,
         };
         wait_until(Duration::from_secs(10), "a sentinel to answer", || {
@@ -57,7 +68,15 @@ impl Sentinel {
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &mut redis::Cmd) -> Option<T> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+        let mut info: redis::ConnectionInfo = redis::IntoConnectionInfo::into_connection_info(
+            format!("redis://127.0.0.1:{}", self.port),
+        )
+        .ok()?;
+        if let Some(password) = &self.password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        let client = redis::Client::open(info).ok()?;
         let mut connection = client
             .get_connection_with_timeout(Duration::from_millis(500))
             .ok()?;
@@ -207,6 +226,63 @@ routes:
         !replica.keys("sluice:*after*").is_empty(),
         "the new primary holds the counter"
     );
+}
+
+#[test]
+fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
+    // Characters that mean something in a URL's user information.
+    const SENTINEL_PASSWORD: &str = "s3nt:@/#?inel";
+    // The primary's ACL user; the sentinel watches it as the default user.
+    let primary = RedisServer::start_with_args(
+        free_port(),
+        &["--user", "gate", "on", ">pr1mary", "~*", "&*", "+@all"],
+    );
+    let sentinel = Sentinel::start_with(primary.port, 1, "", Some(SENTINEL_PASSWORD));
+    assert_eq!(sentinel.primary_port(), Some(primary.port));
+    let config = |password: &str| {
+        format!(
+            r#"
+limiter:
+  redis:
+    url: "redis://gate:pr1mary@127.0.0.1:1/0"
+    timeout: 1s
+    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"], password: "{password}" }}
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: api
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: per-key, key: [{{header: X-Key}}], limit: 3, window: 1m }}
+"#,
+            port = sentinel.port
+        )
+    };
+
+    let sluice = Sluice::start(&config(SENTINEL_PASSWORD));
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| sluice.get("/", &[("X-Key", "k")]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(sluice.decisions("api", "per-key", "deny", "redis"), 2);
+    // Decided on the primary the sentinel named, as its ACL user.
+    assert_eq!(primary.keys("sluice:*").len(), 1);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut primary.connection())
+        .expect("CLIENT LIST");
+    assert!(
+        clients.lines().any(|l| l.contains("user=gate")),
+        "{clients}"
+    );
+    assert!(!sluice.log().contains("s3nt"), "{}", sluice.log());
+
+    // The sentinel refuses a wrong password: no primary, so on_error decides.
+    let refused = Sluice::start(&config("guess"));
+    assert_eq!(refused.get("/", &[("X-Key", "k")]).status, 503);
+    let log = refused.log();
+    assert!(log.contains("sentinel"), "{log}");
+    assert!(!log.contains("guess") && !log.contains("pr1mary"), "{log}");
 }
 
 #[test]

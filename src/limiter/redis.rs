@@ -154,7 +154,7 @@ fn sentinel_client(
         .nodes
         .iter()
         .map(|node| match &sentinel.password {
-            Some(password) => format!("redis://:{password}@{node}"),
+            Some(password) => format!("redis://:{}@{node}", url_escaped(password)),
             None => format!("redis://{node}"),
         })
         .collect();
@@ -175,6 +175,20 @@ fn sentinel_client(
         SentinelServerType::Master,
     )
     .map_err(|e| LimiterError::Server(format!("invalid Redis Sentinel settings: {e}")))
+}
+
+/// `text` percent-encoded for a URL's user information: a password holding
+/// `@`, `:`, `/` or `#` stays one password (the redis crate decodes it).
+fn url_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            escaped.push(char::from(byte));
+        } else {
+            escaped.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    escaped
 }
 
 impl RedisLimiter {
