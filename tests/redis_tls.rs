@@ -1,7 +1,8 @@
 //! Managed Redis: `rediss://` to a real TLS `redis-server` with an ACL user
 //! (`rediss://user:pass@`), the server verified against
 //! `limiter.redis.tls.ca_file`; a wrong CA or password fails decisions the
-//! way `on_error` says, and the password is never printed.
+//! way `on_error` says, and the password is never printed. A Redis Cluster
+//! whose nodes and bus speak TLS, reached the same way.
 
 mod common;
 
@@ -126,6 +127,62 @@ fn a_wrong_password_or_an_unknown_ca_fails_closed_and_says_why_without_the_passw
         unknown_ca.log().contains("certificate"),
         "{}",
         unknown_ca.log()
+    );
+}
+
+#[test]
+fn a_cluster_over_tls_with_an_acl_user_limits_exactly_on_every_primary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let cluster = RedisCluster::start_tls(3, dir.path());
+    let seeds: Vec<String> = cluster
+        .tls_ports
+        .iter()
+        .map(|p| format!("\"rediss://alice:s3cret@127.0.0.1:{p}\""))
+        .collect();
+    let body = format!(
+        r#"
+limiter:
+  redis:
+    cluster: [{seeds}]
+    timeout: 2s
+    tls: {{ ca_file: "{ca}" }}
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: login
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: per-user, key: [{{header: X-User}}], limit: 2, window: 1m }}
+"#,
+        seeds = seeds.join(", "),
+        ca = dir.path().join("ca.crt").display(),
+    );
+    let instances = [Sluice::start(&body), Sluice::start(&body)];
+    let users: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+    for user in &users {
+        // Two instances, one counter per user on its slot's primary.
+        let statuses: Vec<u16> = (0..4)
+            .map(|n| instances[n % 2].get("/", &[("X-User", user)]).status)
+            .collect();
+        assert_eq!(statuses, [200, 200, 429, 429], "{user}");
+        assert_eq!(
+            cluster.zcard(&format!("sluice:{{login:per-user:{user}}}")),
+            2
+        );
+    }
+    // The users' keys landed on every primary, each reached over TLS.
+    for &port in &cluster.ports {
+        assert!(cluster.dbsize(port) > 0, "no key landed on node {port}");
+    }
+    for sluice in &instances {
+        assert_eq!(sluice.decisions("login", "per-user", "deny", "redis"), 12);
+        assert!(!sluice.log().contains("s3cret"), "{}", sluice.log());
+    }
+    let clients: String = cluster.query(cluster.ports[0], redis::cmd("CLIENT").arg("LIST"));
+    assert!(
+        clients.lines().any(|l| l.contains("user=alice")),
+        "{clients}"
     );
 }
 

@@ -737,6 +737,8 @@ pub struct RedisCluster {
     nodes: Vec<Option<Child>>,
     /// The nodes' ports.
     pub ports: Vec<u16>,
+    /// The nodes' TLS ports, in the order of `ports` (none without TLS).
+    pub tls_ports: Vec<u16>,
     _dir: tempfile::TempDir,
 }
 
@@ -744,41 +746,76 @@ impl RedisCluster {
     /// Starts `n` primaries, creates the cluster and waits until every node
     /// reports `cluster_state:ok`.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, None)
+    }
+
+    /// Like [`RedisCluster::start`], every node also serving TLS (on
+    /// [`RedisCluster::tls_ports`]) with `certs`' `server.crt`/`server.key`
+    /// signed by `ca.crt`, the cluster bus over TLS, and the ACL user
+    /// `alice` / `s3cret`. A client over TLS is told the nodes' TLS ports;
+    /// the test's own plain connections, their plain ports.
+    pub fn start_tls(n: usize, certs: &Path) -> Self {
+        Self::start_with(n, Some(certs))
+    }
+
+    fn start_with(n: usize, tls: Option<&Path>) -> Self {
         use std::sync::atomic::AtomicU32;
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = tempfile::tempdir().expect("tempdir");
         let base = std::process::id().wrapping_mul(2_654_435_761) % 1000;
-        let mut ports = Vec::new();
-        while ports.len() < n {
+        // A node's bus listens 10,000 above its port (its TLS port when the
+        // bus is TLS): both must be free.
+        let pick = || loop {
             let port = (10_000 + (base + NEXT.fetch_add(1, Ordering::SeqCst)) % 1000) as u16;
             if TcpListener::bind(("127.0.0.1", port)).is_ok()
                 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
             {
-                ports.push(port);
+                return port;
             }
-        }
+        };
+        let ports: Vec<u16> = (0..n).map(|_| pick()).collect();
+        let tls_ports: Vec<u16> = match tls {
+            Some(_) => (0..n).map(|_| pick()).collect(),
+            None => Vec::new(),
+        };
         let nodes = ports
             .iter()
-            .map(|port| {
+            .enumerate()
+            .map(|(i, port)| {
                 let conf = dir.path().join(format!("nodes-{port}.conf"));
+                let mut command = Command::new("redis-server");
+                command
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ])
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                    .args(["--cluster-require-full-coverage", "no"])
+                    .arg("--cluster-config-file")
+                    .arg(&conf)
+                    .arg("--dir")
+                    .arg(dir.path());
+                if let Some(certs) = tls {
+                    command
+                        .args(["--tls-port", &tls_ports[i].to_string()])
+                        .arg("--tls-cert-file")
+                        .arg(certs.join("server.crt"))
+                        .arg("--tls-key-file")
+                        .arg(certs.join("server.key"))
+                        .arg("--tls-ca-cert-file")
+                        .arg(certs.join("ca.crt"))
+                        .args(["--tls-auth-clients", "no"])
+                        .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                        .args(["--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"]);
+                }
                 Some(
-                    Command::new("redis-server")
-                        .args([
-                            "--port",
-                            &port.to_string(),
-                            "--bind",
-                            "127.0.0.1",
-                            "--save",
-                            "",
-                            "--appendonly",
-                            "no",
-                        ])
-                        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                        .args(["--cluster-require-full-coverage", "no"])
-                        .arg("--cluster-config-file")
-                        .arg(&conf)
-                        .arg("--dir")
-                        .arg(dir.path())
+                    command
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn()
@@ -789,6 +826,7 @@ impl RedisCluster {
         let cluster = Self {
             nodes,
             ports,
+            tls_ports,
             _dir: dir,
         };
         for &port in &cluster.ports {
@@ -802,12 +840,26 @@ impl RedisCluster {
                 },
             );
         }
-        let addresses: Vec<String> = cluster
-            .ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        let status = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli");
+        let addresses: Vec<String> = match tls {
+            Some(certs) => {
+                create
+                    .arg("--tls")
+                    .arg("--cacert")
+                    .arg(certs.join("ca.crt"));
+                cluster
+                    .tls_ports
+                    .iter()
+                    .map(|p| format!("127.0.0.1:{p}"))
+                    .collect()
+            }
+            None => cluster
+                .ports
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect(),
+        };
+        let status = create
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
