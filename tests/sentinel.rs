@@ -286,6 +286,76 @@ routes:
 }
 
 #[test]
+fn a_tls_primary_named_by_a_sentinel_is_verified_against_the_configured_ca() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_ca(dir.path(), "ca");
+    make_cert(dir.path(), "ca", "server", "DNS:localhost,IP:127.0.0.1");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let tls_port = free_port();
+    let tls_args = [
+        "--tls-cert-file".to_string(),
+        file("server.crt"),
+        "--tls-key-file".to_string(),
+        file("server.key"),
+        "--tls-ca-cert-file".to_string(),
+        file("ca.crt"),
+        "--tls-auth-clients".to_string(),
+        "no".to_string(),
+    ];
+    let mut args = vec!["--tls-port".to_string(), tls_port.to_string()];
+    args.extend(tls_args.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let primary = RedisServer::start_with_args(free_port(), &args);
+    // The sentinel watches (and names) the primary's TLS port.
+    let sentinel_tls: String = tls_args
+        .chunks(2)
+        .map(|pair| format!("{} \"{}\"\n", pair[0].trim_start_matches("--"), pair[1]))
+        .collect();
+    let sentinel = Sentinel::start_with(
+        tls_port,
+        1,
+        &format!("tls-replication yes\n{sentinel_tls}"),
+        None,
+    );
+    assert_eq!(sentinel.primary_port(), Some(tls_port));
+    let config = |ca: &str| {
+        format!(
+            r#"
+limiter:
+  redis:
+    url: "rediss://127.0.0.1:1/0"
+    timeout: 1s
+    tls: {{ ca_file: "{ca}" }}
+    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"] }}
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: api
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: per-key, key: [{{header: X-Key}}], limit: 2, window: 1m }}
+"#,
+            port = sentinel.port
+        )
+    };
+    let sluice = Sluice::start(&config(&file("ca.crt")));
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| sluice.get("/", &[("X-Key", "k")]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(primary.keys("sluice:*").len(), 1);
+
+    // A CA that did not sign the primary's certificate: refused, so
+    // on_error decides.
+    let other = tempfile::tempdir().expect("tempdir");
+    make_ca(other.path(), "ca");
+    let other_ca = other.path().join("ca.crt").display().to_string();
+    let refused = Sluice::start(&config(&other_ca));
+    assert_eq!(refused.get("/", &[("X-Key", "k")]).status, 503);
+    assert!(refused.log().contains("certificate"), "{}", refused.log());
+}
+
+#[test]
 fn check_refuses_a_sentinel_without_nodes_or_beside_a_cluster() {
     let check = check_config;
     let (code, stderr) =

@@ -143,52 +143,59 @@ impl Queued {
 }
 
 /// A sentinel client for `sentinel`'s master, connecting to the primary it
-/// names with `info`'s user, password, database and scheme.
+/// names with `info`'s user, password, database and scheme, and over
+/// `rediss://` with `tls`'s CA and client certificate. The sentinels' own
+/// password is passed as it is written (no URL to escape it for).
 fn sentinel_client(
     sentinel: &SentinelConfig,
     info: &redis::ConnectionInfo,
+    tls: &RedisTlsConfig,
 ) -> Result<redis::sentinel::SentinelClient, LimiterError> {
-    use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
     wire::ensure_tls_provider();
-    let nodes: Vec<String> = sentinel
+    let invalid = |e: &dyn std::fmt::Display| {
+        LimiterError::Server(format!("invalid Redis Sentinel settings: {e}"))
+    };
+    let nodes = sentinel
         .nodes
         .iter()
-        .map(|node| match &sentinel.password {
-            Some(password) => format!("redis://:{}@{node}", url_escaped(password)),
-            None => format!("redis://{node}"),
+        .map(|node| {
+            let (host, port) = node
+                .rsplit_once(':')
+                .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+                .ok_or_else(|| invalid(&format!("{node} is not host:port")))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Ok(redis::ConnectionAddr::Tcp(host.to_string(), port))
         })
-        .collect();
-    let mut primary = SentinelNodeConnectionInfo::default()
-        .set_redis_connection_info(info.redis_settings().clone())
-        .set_tcp_settings(wire::no_delay());
+        .collect::<Result<Vec<_>, LimiterError>>()?;
+    let primary = info.redis_settings();
+    let mut builder =
+        SentinelClientBuilder::new(nodes, sentinel.master.as_str(), SentinelServerType::Master)
+            .map_err(|e| invalid(&e))?
+            .set_client_to_sentinel_tcp_settings(wire::no_delay())
+            .set_client_to_redis_tcp_settings(wire::no_delay())
+            .set_client_to_redis_db(primary.db())
+            .set_client_to_redis_protocol(primary.protocol());
+    if let Some(password) = &sentinel.password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(username) = primary.username() {
+        builder = builder.set_client_to_redis_username(username);
+    }
+    if let Some(password) = primary.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
     if let redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
-        primary = primary.set_tls_mode(if *insecure {
+        builder = builder.set_client_to_redis_tls_mode(if *insecure {
             redis::TlsMode::Insecure
         } else {
             redis::TlsMode::Secure
         });
-    }
-    SentinelClient::build(
-        nodes,
-        sentinel.master.as_str(),
-        Some(primary),
-        SentinelServerType::Master,
-    )
-    .map_err(|e| LimiterError::Server(format!("invalid Redis Sentinel settings: {e}")))
-}
-
-/// `text` percent-encoded for a URL's user information: a password holding
-/// `@`, `:`, `/` or `#` stays one password (the redis crate decodes it).
-fn url_escaped(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            escaped.push(char::from(byte));
-        } else {
-            escaped.push_str(&format!("%{byte:02X}"));
+        if let Some(certificates) = wire::tls_certificates(tls) {
+            builder = builder.set_client_to_redis_certificates(certificates);
         }
     }
-    escaped
+    builder.build().map_err(|e| invalid(&e))
 }
 
 impl RedisLimiter {
@@ -206,7 +213,11 @@ impl RedisLimiter {
             .map_err(|e| LimiterError::Server(format!("invalid Redis URL: {e}")))?;
         let (target, place) = match &config.sentinel {
             Some(sentinel) => (
-                Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(sentinel, &info)?)),
+                Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(
+                    sentinel,
+                    &info,
+                    &config.tls,
+                )?)),
                 format!("(primary of sentinel master {})", sentinel.master),
             ),
             None => {
