@@ -65,14 +65,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
         .arg(sluice::limiter::wire::DECIDE_SCRIPT)
         .query(&mut redis.connection())
         .expect("SCRIPT LOAD");
-    let upstream_port = free_port();
-    let upstream = Daemon::spawn(
-        "upstream",
-        Command::new(std::env::current_exe().expect("current exe"))
-            .args(["--upstream", &format!("127.0.0.1:{upstream_port}")]),
-        dir.path(),
-    );
-    wait_for_port(upstream_port);
+    let (upstream, upstream_port) = crate::upstream::spawn(dir.path());
 
     let mut cases = Vec::new();
     let mut sluices = Vec::new();

@@ -6,6 +6,7 @@
 //!   cargo bench --bench versus -- --scenarios allowed,flood --out /tmp/r.md
 //!   cargo bench --bench versus -- --before /tmp/sluice-old   # before/after
 //!   cargo bench --bench versus -- --update-readme   # also docs/benchmarks.md
+//!   cargo bench --bench versus -- --parts edge      # TLS and HTTP/2 only
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -38,6 +39,11 @@
 //! serving process and of Redis (from `/proc`), the per-core cost the req/s of
 //! a shared 2-core machine only hints at.
 //!
+//! Then, in the same run (`--parts edge` alone), TLS and HTTP/2: sluice and
+//! nginx with the same certificate over HTTP/1.1 and HTTP/2, plain and TLS,
+//! kept-alive and one connection per request, and what TLS itself costs
+//! each server ([`edge`]).
+//!
 //! The harness by job: [`options`] (clap), [`cases`] (what is started),
 //! [`load`] (one wrk run), [`paced`] (the open-loop client), [`report`]
 //! (tables and targets), [`process`] and [`upstream`]. The tables are
@@ -50,6 +56,7 @@ mod common;
 
 mod bare;
 mod cases;
+mod edge;
 mod load;
 mod options;
 mod paced;
@@ -116,6 +123,29 @@ fn main() {
 }
 
 fn run(options: &Options) {
+    let mut report = String::new();
+    if options.runs("limits") {
+        let section = limits(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "versus", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("edge") {
+        let section = edge::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "edge", &section);
+        }
+        report.push_str(&section);
+    }
+    println!("{report}");
+    std::fs::write(&options.out, &report).expect("write results");
+    eprintln!("written to {}", options.out.display());
+}
+
+/// The limiters side by side on plain HTTP/1.1: the throughput rounds of
+/// every scenario, then the fixed-rate pass.
+fn limits(options: &Options) -> String {
     let bench = start_all(options.before.as_deref());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua");
     let plan: Vec<(&'static str, &Case)> = SCENARIOS
@@ -138,14 +168,7 @@ fn run(options: &Options) {
     );
     let samples = throughput_rounds(options, &bench, &plan, &script);
     let (rate, paced_results) = paced_rounds(options, &bench, &samples);
-    let report = report(options, &bench, &samples, rate, &paced_results);
-    println!("{report}");
-    std::fs::write(&options.out, &report).expect("write results");
-    eprintln!("written to {}", options.out.display());
-    if options.update_readme {
-        embed(&Options::benchmark_document(), &report);
-    }
-    drop(bench);
+    report(options, &bench, &samples, rate, &paced_results)
 }
 
 /// Every (scenario, case) of `plan`, once to warm up, then in interleaved

@@ -20,6 +20,10 @@ pub struct Options {
     /// Scenarios to run, comma-separated (all by default).
     #[arg(long, value_delimiter = ',', default_values_t = SCENARIOS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
+    /// Parts to run, comma-separated: `limits` (the limiters side by side
+    /// on plain HTTP/1.1) and `edge` (TLS and HTTP/2 against nginx).
+    #[arg(long, value_delimiter = ',', default_values_t = PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
+    pub parts: Vec<String>,
     /// Where the tables are written.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results.md"))]
     pub out: PathBuf,
@@ -43,7 +47,15 @@ pub struct Options {
     pub bench: bool,
 }
 
+/// The parts of the benchmark `--parts` chooses from.
+pub const PARTS: [&str; 2] = ["limits", "edge"];
+
 impl Options {
+    /// Whether `--parts` names `part`.
+    pub fn runs(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
+    }
+
     /// The document `--update-readme` rewrites.
     pub fn benchmark_document() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md")

@@ -435,21 +435,25 @@ fn earlier_targets(
 }
 
 /// Replaces the text between the benchmark document's markers with `report`.
-pub fn embed(readme: &Path, report: &str) {
-    const BEGIN: &str = "<!-- versus:begin -->";
-    const END: &str = "<!-- versus:end -->";
-    let Ok(text) = std::fs::read_to_string(readme) else {
+/// Replaces what lies between `<!-- {part}:begin -->` and
+/// `<!-- {part}:end -->` in `document` with `section`.
+pub fn embed(document: &Path, part: &str, section: &str) {
+    let (begin, end) = (
+        format!("<!-- {part}:begin -->"),
+        format!("<!-- {part}:end -->"),
+    );
+    let Ok(text) = std::fs::read_to_string(document) else {
         return;
     };
-    match (text.find(BEGIN), text.find(END)) {
+    match (text.find(&begin), text.find(&end)) {
         (Some(b), Some(e)) if b < e => {
-            let updated = format!("{}{BEGIN}\n{report}{}", &text[..b], &text[e..]);
-            std::fs::write(readme, updated).expect("update the benchmark document");
-            eprintln!("{} updated", readme.display());
+            let updated = format!("{}{begin}\n{section}{}", &text[..b], &text[e..]);
+            std::fs::write(document, updated).expect("update the benchmark document");
+            eprintln!("{} updated ({part})", document.display());
         }
         _ => eprintln!(
-            "{} has no {BEGIN} … {END} block; not updated",
-            readme.display()
+            "{} has no {begin} … {end} block; not updated",
+            document.display()
         ),
     }
 }

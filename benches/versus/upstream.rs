@@ -1,7 +1,8 @@
 //! The shared upstream: Pingora answering `200 ok` on one thread, counting
 //! what it serves (`GET /__hits` answers the count, and is not counted).
 
-use crate::common;
+use crate::common::{self, free_port};
+use crate::process::{wait_for_port, Daemon};
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
@@ -10,6 +11,8 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::listening::Service;
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -51,6 +54,20 @@ pub fn run(addr: &str) -> ! {
     service.add_tcp(addr);
     server.add_service(service);
     server.run_forever()
+}
+
+/// Starts this binary again as the upstream on a free port (its log in
+/// `dir`); returns it and the port, once it listens.
+pub fn spawn(dir: &Path) -> (Daemon, u16) {
+    let port = free_port();
+    let daemon = Daemon::spawn(
+        &format!("upstream-{port}"),
+        Command::new(std::env::current_exe().expect("current exe"))
+            .args(["--upstream", &format!("127.0.0.1:{port}")]),
+        dir,
+    );
+    wait_for_port(port);
+    (daemon, port)
 }
 
 /// Requests served so far (other than `/__hits`).
