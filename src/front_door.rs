@@ -18,6 +18,10 @@
 //! - `send_timeout`: a write that the client leaves blocked (it stopped
 //!   reading) fails after this long.
 //!
+//! On the TLS listeners the same cap and `client_header_timeout` also cover
+//! the handshake, before Pingora hands the connection over
+//! ([`crate::handshake`]).
+//!
 //! The body timeout (`client_body_timeout`, between two body reads) is
 //! Pingora's own per-read timeout, set per request by the proxy, because
 //! only the proxy knows when a body is being read.
@@ -29,6 +33,7 @@
 //! `sluice_downstream_rejected_total{reason}`.
 
 use crate::config::FrontDoorConfig;
+use crate::handshake::{HandshakeGuard, Handshakes};
 use crate::metrics::Metrics;
 use crate::state::SharedState;
 use async_trait::async_trait;
@@ -60,6 +65,8 @@ pub struct FrontDoor<A> {
     state: SharedState,
     metrics: Arc<Metrics>,
     open: Arc<AtomicUsize>,
+    /// The TLS handshakes in progress (see [`FrontDoor::handshake_guard`]).
+    handshakes: Arc<Handshakes>,
     /// How long shutdown waits before the inner application drops the
     /// connections still waiting for a request (see `drain`).
     settle: Duration,
@@ -75,8 +82,21 @@ impl<A> FrontDoor<A> {
             state,
             metrics,
             open: Arc::new(AtomicUsize::new(0)),
+            handshakes: Arc::new(Handshakes::default()),
             settle,
         }
+    }
+
+    /// The pre-TLS callback for the TLS listeners of this front door: their
+    /// handshakes count against the same `max_connections` and end within
+    /// `client_header_timeout`.
+    pub fn handshake_guard(&self) -> HandshakeGuard {
+        HandshakeGuard::new(
+            Arc::clone(&self.handshakes),
+            Arc::clone(&self.open),
+            Arc::clone(&self.state),
+            Arc::clone(&self.metrics),
+        )
     }
 }
 
@@ -107,6 +127,8 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for FrontDoor<A> {
             metrics: Arc::clone(&self.metrics),
         };
         self.metrics.downstream_connections.set(now_open as i64);
+        // A TLS connection arrives handshaken: its handshake's watch ends.
+        self.handshakes.finished(stream.id());
         if now_open > limits.max_connections {
             self.reject("max_connections");
             return None;

@@ -19,6 +19,7 @@ pub mod context;
 pub mod drain;
 pub mod exempt;
 pub mod front_door;
+pub mod handshake;
 pub mod headers;
 pub mod health;
 pub mod identity;

@@ -127,15 +127,16 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         options.h2c = true;
         proxy_app.server_options = Some(options);
     }
-    let mut proxy = Service::new(
-        "sluice proxy".to_string(),
-        FrontDoor::new(
-            proxy_app,
-            settle_time(grace_period),
-            Arc::clone(&state),
-            Arc::clone(&metrics),
-        ),
+    let front_door = FrontDoor::new(
+        proxy_app,
+        settle_time(grace_period),
+        Arc::clone(&state),
+        Arc::clone(&metrics),
     );
+    let handshake_guard = Arc::new(front_door.handshake_guard());
+    let mut proxy = Service::new("sluice proxy".to_string(), front_door);
+    // Only the TLS listeners call it.
+    proxy.endpoints().set_pre_tls_callback(handshake_guard);
     for addr in &listen {
         proxy.add_tcp(addr);
     }

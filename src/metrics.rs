@@ -40,8 +40,9 @@ pub struct Metrics {
 
 /// Why the front door closed or refused a client connection (the `reason`
 /// label of `sluice_downstream_rejected_total`).
-pub const REJECT_REASONS: [&str; 6] = [
+pub const REJECT_REASONS: [&str; 7] = [
     "max_connections",
+    "handshake_timeout",
     "header_timeout",
     "body_timeout",
     "send_timeout",

@@ -3,6 +3,9 @@
 //! certificates rotate on SIGHUP under load with no failed request; HTTP/2
 //! by ALPN is limited exactly like HTTP/1.1; `--check` refuses a missing
 //! file, a key that is not a key and a key that is not the certificate's.
+//! A handshake is under the front door's limits: a client that never
+//! finishes one is closed after `client_header_timeout`, and handshakes in
+//! progress count against `max_connections`.
 
 mod common;
 
@@ -330,4 +333,77 @@ fn h2c_with_prior_knowledge_is_served_when_enabled() {
     };
     let results: Vec<String> = (0..4).map(|_| curl()).collect();
     assert_eq!(results, ["200 2", "200 2", "200 2", "429 2"]);
+}
+
+/// Whether the server closed `socket` within `limit` (EOF or a reset).
+fn closed_within(socket: &mut TcpStream, limit: Duration) -> bool {
+    socket.set_read_timeout(Some(limit)).expect("read timeout");
+    let mut buffer = [0u8; 1024];
+    loop {
+        match socket.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn a_handshake_that_never_ends_is_closed_and_counts_against_max_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let config = client_config(dir.path());
+    let tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let server_keys = format!(
+        "  client_header_timeout: 1s\n  max_connections: 3\n{}",
+        tls_server_keys(dir.path(), tls)
+    );
+    let sluice = Sluice::start_with_server(&server_keys, BODY, &[]);
+    // Ready when a whole handshake passes (a half-open probe would hold a
+    // place until its watch notices it is gone).
+    wait_until(Duration::from_secs(10), "the TLS listener", || {
+        https_get(&config, tls, "api.example.test", &[]).is_ok()
+    });
+    let rejected = |reason: &str| {
+        metric_value(
+            &sluice.metrics(),
+            &format!("sluice_downstream_rejected_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    let (timeouts_before, refusals_before) =
+        (rejected("handshake_timeout"), rejected("max_connections"));
+
+    // Silent, and half a ClientHello (a record header announcing 512 bytes,
+    // then 10 of them): both closed after ~1 s, not Pingora's 60 s.
+    let mut silent = TcpStream::connect(tls).expect("connect");
+    let mut half = TcpStream::connect(tls).expect("connect");
+    half.write_all(&[
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0, 0, 0, 0,
+    ])
+    .expect("write");
+    // Meanwhile the two count against max_connections 3: one more fits, a
+    // fourth is refused at once.
+    let mut third = TcpStream::connect(tls).expect("connect");
+    let mut fourth = TcpStream::connect(tls).expect("connect");
+    wait_until(Duration::from_secs(5), "the fourth refused", || {
+        rejected("max_connections") == refusals_before + 1
+    });
+    assert!(
+        closed_within(&mut fourth, Duration::from_secs(5)),
+        "over the cap"
+    );
+    for socket in [&mut silent, &mut half, &mut third] {
+        assert!(
+            closed_within(socket, Duration::from_secs(5)),
+            "not closed by the deadline"
+        );
+    }
+    assert_eq!(rejected("handshake_timeout"), timeouts_before + 3);
+
+    // The places are free again, and a real client is served.
+    let (status, _) = https_get(&config, tls, "api.example.test", &[])
+        .expect("a handshake after the stalled ones");
+    assert_eq!(status, 200);
 }
