@@ -97,6 +97,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let listen = config.server.listen.clone();
     let tls_listen: Vec<String> = config.server.tls.iter().map(|l| l.listen.clone()).collect();
     let h2c = config.server.h2c;
+    let h2_idle_timeout = config.server.front_door.keepalive_timeout;
     let grace_period = config.server.grace_period;
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
@@ -122,11 +123,13 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         &server.configuration,
         Gateway::new(Arc::clone(&state), Arc::clone(&metrics), access_log),
     );
-    if h2c {
-        let mut options = pingora::apps::HttpServerOptions::default();
-        options.h2c = true;
-        proxy_app.server_options = Some(options);
-    }
+    let mut options = pingora::apps::HttpServerOptions::default();
+    options.h2c = h2c;
+    // An HTTP/2 connection without a stream in progress is idle, like a
+    // kept-alive HTTP/1.1 one between requests (whose timeout the front
+    // door keeps, reloadably); Pingora closes it, with the value at start.
+    options.h2_idle_timeout = Some(h2_idle_timeout);
+    proxy_app.server_options = Some(options);
     let front_door = FrontDoor::new(
         proxy_app,
         settle_time(grace_period),

@@ -335,6 +335,27 @@ fn h2c_with_prior_knowledge_is_served_when_enabled() {
     assert_eq!(results, ["200 2", "200 2", "200 2", "429 2"]);
 }
 
+/// An HTTP/2 connection with no stream in progress is idle: it is closed
+/// after `keepalive_timeout`, as a kept-alive HTTP/1.1 connection is.
+#[test]
+fn an_idle_http2_connection_is_closed_after_keepalive_timeout() {
+    let sluice = Sluice::start_with_server("  h2c: true\n  keepalive_timeout: 1s\n", BODY, &[]);
+    let mut socket = TcpStream::connect(sluice.addr).expect("connect");
+    // The client preface and an empty SETTINGS frame, then nothing.
+    socket
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .expect("preface");
+    let started = std::time::Instant::now();
+    assert!(
+        closed_within(&mut socket, Duration::from_secs(10)),
+        "an idle HTTP/2 connection stayed open"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the timeout"
+    );
+}
+
 /// Whether the server closed `socket` within `limit` (EOF or a reset).
 fn closed_within(socket: &mut TcpStream, limit: Duration) -> bool {
     socket.set_read_timeout(Some(limit)).expect("read timeout");

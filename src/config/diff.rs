@@ -79,6 +79,11 @@ fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
     };
     restart("tls (listen addresses)", addresses(o) != addresses(n));
     restart("h2c", o.h2c != n.h2c);
+    let speaks_h2 = n.h2c || !n.tls.is_empty();
+    restart(
+        "keepalive_timeout (of HTTP/2 connections)",
+        speaks_h2 && o.front_door.keepalive_timeout != n.front_door.keepalive_timeout,
+    );
     if o.tls != n.tls && addresses(o) == addresses(n) {
         d.applied
             .push("server.tls certificates re-read (new handshakes use them)".into());
