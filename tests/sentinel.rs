@@ -228,6 +228,28 @@ routes:
     );
 }
 
+/// A config whose Redis is the primary `sentinel` names: `redis` gives the
+/// URL (and TLS) lines, `sentinel_keys` more keys of `sentinel:`; one route
+/// answering 200, `limit` a minute per `X-Key`, decided on Redis only.
+fn behind_a_sentinel(redis: &str, sentinel: &Sentinel, sentinel_keys: &str, limit: u64) -> String {
+    format!(
+        r#"
+limiter:
+  redis:
+{redis}    timeout: 1s
+    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"]{sentinel_keys} }}
+  on_error: deny
+  deny_cache: false
+routes:
+  - name: api
+    respond: {{ status: 200, body: ok }}
+    limits:
+      - {{ name: per-key, key: [{{header: X-Key}}], limit: {limit}, window: 1m }}
+"#,
+        port = sentinel.port
+    )
+}
+
 #[test]
 fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
     // Characters that mean something in a URL's user information.
@@ -240,22 +262,11 @@ fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
     let sentinel = Sentinel::start_with(primary.port, 1, "", Some(SENTINEL_PASSWORD));
     assert_eq!(sentinel.primary_port(), Some(primary.port));
     let config = |password: &str| {
-        format!(
-            r#"
-limiter:
-  redis:
-    url: "redis://gate:pr1mary@127.0.0.1:1/0"
-    timeout: 1s
-    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"], password: "{password}" }}
-  on_error: deny
-  deny_cache: false
-routes:
-  - name: api
-    respond: {{ status: 200, body: ok }}
-    limits:
-      - {{ name: per-key, key: [{{header: X-Key}}], limit: 3, window: 1m }}
-"#,
-            port = sentinel.port
+        behind_a_sentinel(
+            "    url: \"redis://gate:pr1mary@127.0.0.1:1/0\"\n",
+            &sentinel,
+            &format!(", password: \"{password}\""),
+            3,
         )
     };
 
@@ -319,24 +330,9 @@ fn a_tls_primary_named_by_a_sentinel_is_verified_against_the_configured_ca() {
     );
     assert_eq!(sentinel.primary_port(), Some(tls_port));
     let config = |ca: &str| {
-        format!(
-            r#"
-limiter:
-  redis:
-    url: "rediss://127.0.0.1:1/0"
-    timeout: 1s
-    tls: {{ ca_file: "{ca}" }}
-    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"] }}
-  on_error: deny
-  deny_cache: false
-routes:
-  - name: api
-    respond: {{ status: 200, body: ok }}
-    limits:
-      - {{ name: per-key, key: [{{header: X-Key}}], limit: 2, window: 1m }}
-"#,
-            port = sentinel.port
-        )
+        let redis =
+            format!("    url: \"rediss://127.0.0.1:1/0\"\n    tls: {{ ca_file: \"{ca}\" }}\n");
+        behind_a_sentinel(&redis, &sentinel, "", 2)
     };
     let sluice = Sluice::start(&config(&file("ca.crt")));
     let statuses: Vec<u16> = (0..3)

@@ -2,13 +2,12 @@
 //! `--before`, an earlier build of it), nginx `limit_req`, nginx + Lua +
 //! Redis, and the upstream alone; all started for a run and stopped after.
 
-use crate::common::{free_port, wait_until, RedisCluster, RedisServer, Sluice};
-use crate::process::{children_of, redis_script_calls, wait_for_port, Daemon};
+use crate::common::{free_port, RedisCluster, RedisServer, Sluice};
+use crate::process::{redis_script_calls, run_nginx, wait_for_port, Daemon};
 use crate::{LIMIT, NGINX_MODULES, WINDOW_US};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 /// One server under test.
 pub struct Case {
@@ -357,26 +356,9 @@ pub fn start_nginx(
         pid = prefix.join("nginx.pid").display(),
         log = prefix.join("logs/error.log").display(),
     );
-    let conf_path = prefix.join("nginx.conf");
-    std::fs::write(&conf_path, config).expect("write nginx.conf");
-    let daemon = Daemon::spawn(
-        name,
-        Command::new("nginx")
-            .arg("-p")
-            .arg(&prefix)
-            .arg("-c")
-            .arg(&conf_path),
-        dir,
-    );
-    wait_for_port(port);
-    let master = daemon.child.id();
-    let mut worker = None;
-    wait_until(Duration::from_secs(10), "the nginx worker", || {
-        worker = children_of(master).first().copied();
-        worker.is_some()
-    });
+    let (daemon, worker) = run_nginx(name, &prefix, &config, &[port], dir);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    (daemon, addr, worker.unwrap_or(master))
+    (daemon, addr, worker)
 }
 
 // --------------------------------------------------------------- the rounds

@@ -18,11 +18,11 @@
 //! handshake. sluice terminates TLS with rustls, nginx with OpenSSL, so
 //! the difference is the price of each library inside a real server.
 
-use crate::common::{free_port, make_ca, make_cert, wait_until, RedisServer, Sluice};
+use crate::common::{free_port, make_ca, make_cert, RedisServer, Sluice};
 use crate::load::{run_wrk, WrkRun};
 use crate::options::Options;
 use crate::process::{
-    children_of, clock_ticks_per_second, command_line, cpu_model, cpu_ticks, wait_for_port, Daemon,
+    clock_ticks_per_second, command_line, cpu_model, cpu_ticks, run_nginx, wait_for_port, Daemon,
 };
 use crate::report::{median, range};
 use crate::upstream;
@@ -32,7 +32,6 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// Distinct `?k=` keys the h2load clients cycle through.
 const KEYS: u64 = 20_000;
@@ -253,7 +252,6 @@ fn start_sluice(
 /// requests (sluice does not close them either).
 fn start_nginx(dir: &Path, upstream_port: u16, cert: &Path, key: &Path) -> (Daemon, Target) {
     let prefix = dir.join("nginx-edge");
-    std::fs::create_dir_all(prefix.join("logs")).expect("mkdir");
     let (plain, h2c, tls) = (free_port(), free_port(), free_port());
     let config = format!(
         "worker_processes 1;\ndaemon off;\npid {pid};\nerror_log {log} warn;\n\
@@ -269,32 +267,13 @@ fn start_nginx(dir: &Path, upstream_port: u16, cert: &Path, key: &Path) -> (Daem
         cert = cert.display(),
         key = key.display(),
     );
-    let conf_path = prefix.join("nginx.conf");
-    std::fs::write(&conf_path, config).expect("write nginx.conf");
-    let daemon = Daemon::spawn(
-        "nginx-edge",
-        Command::new("nginx")
-            .arg("-p")
-            .arg(&prefix)
-            .arg("-c")
-            .arg(&conf_path),
-        dir,
-    );
-    for port in [plain, h2c, tls] {
-        wait_for_port(port);
-    }
-    let master = daemon.child.id();
-    let mut worker = None;
-    wait_until(Duration::from_secs(10), "the nginx worker", || {
-        worker = children_of(master).first().copied();
-        worker.is_some()
-    });
+    let (daemon, worker) = run_nginx("nginx-edge", &prefix, &config, &[plain, h2c, tls], dir);
     let target = Target {
         name: NGINX,
         plain: local(plain),
         h2c: local(h2c),
         tls: local(tls),
-        pid: worker.unwrap_or(master),
+        pid: worker,
     };
     (daemon, target)
 }

@@ -46,6 +46,40 @@ pub fn wait_for_port(port: u16) {
     });
 }
 
+/// Runs nginx with `config` (one worker) from the prefix directory
+/// `prefix` (which gets `nginx.conf` and `logs/`), its log in `dir`; waits
+/// for `ports` and the worker. Returns it and the worker's pid.
+pub fn run_nginx(
+    name: &str,
+    prefix: &Path,
+    config: &str,
+    ports: &[u16],
+    dir: &Path,
+) -> (Daemon, u32) {
+    std::fs::create_dir_all(prefix.join("logs")).expect("mkdir");
+    let conf_path = prefix.join("nginx.conf");
+    std::fs::write(&conf_path, config).expect("write nginx.conf");
+    let daemon = Daemon::spawn(
+        name,
+        Command::new("nginx")
+            .arg("-p")
+            .arg(prefix)
+            .arg("-c")
+            .arg(&conf_path),
+        dir,
+    );
+    for &port in ports {
+        wait_for_port(port);
+    }
+    let master = daemon.child.id();
+    let mut worker = None;
+    wait_until(Duration::from_secs(10), "the nginx worker", || {
+        worker = children_of(master).first().copied();
+        worker.is_some()
+    });
+    (daemon, worker.unwrap_or(master))
+}
+
 /// Processes whose parent is `pid`.
 pub fn children_of(pid: u32) -> Vec<u32> {
     let mut children = Vec::new();

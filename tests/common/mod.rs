@@ -48,6 +48,21 @@ pub fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) 
 
 // ---------------------------------------------------------------- redis-server
 
+/// A redis-server on loopback `port` that keeps nothing on disk.
+fn ephemeral_redis_args(port: u16) -> [String; 8] {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .map(str::to_string)
+}
+
 /// A `redis-server` child process on its own port.
 pub struct RedisServer {
     child: Option<Child>,
@@ -70,16 +85,7 @@ impl RedisServer {
     pub fn start_with_args(port: u16, extra: &[&str]) -> Self {
         let child = Command::new("redis-server")
             .args(extra)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(ephemeral_redis_args(port))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -785,16 +791,7 @@ impl RedisCluster {
                 let conf = dir.path().join(format!("nodes-{port}.conf"));
                 let mut command = Command::new("redis-server");
                 command
-                    .args([
-                        "--port",
-                        &port.to_string(),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                    ])
+                    .args(ephemeral_redis_args(*port))
                     .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
                     .args(["--cluster-require-full-coverage", "no"])
                     .arg("--cluster-config-file")
