@@ -228,16 +228,16 @@ routes:
     );
 }
 
-/// A config whose Redis is the primary `sentinel` names: `redis` gives the
+/// A config whose Redis is the primary the sentinel on `sentinel_port` names: `redis` gives the
 /// URL (and TLS) lines, `sentinel_keys` more keys of `sentinel:`; one route
 /// answering 200, `limit` a minute per `X-Key`, decided on Redis only.
-fn behind_a_sentinel(redis: &str, sentinel: &Sentinel, sentinel_keys: &str, limit: u64) -> String {
+fn behind_a_sentinel(redis: &str, sentinel_port: u16, sentinel_keys: &str, limit: u64) -> String {
     format!(
         r#"
 limiter:
   redis:
 {redis}    timeout: 1s
-    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{port}"]{sentinel_keys} }}
+    sentinel: {{ master: {MASTER}, nodes: ["127.0.0.1:{sentinel_port}"]{sentinel_keys} }}
   on_error: deny
   deny_cache: false
 routes:
@@ -245,8 +245,7 @@ routes:
     respond: {{ status: 200, body: ok }}
     limits:
       - {{ name: per-key, key: [{{header: X-Key}}], limit: {limit}, window: 1m }}
-"#,
-        port = sentinel.port
+"#
     )
 }
 
@@ -264,7 +263,7 @@ fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
     let config = |password: &str| {
         behind_a_sentinel(
             "    url: \"redis://gate:pr1mary@127.0.0.1:1/0\"\n",
-            &sentinel,
+            sentinel.port,
             &format!(", password: \"{password}\""),
             3,
         )
@@ -297,7 +296,7 @@ fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
 }
 
 #[test]
-fn a_tls_primary_named_by_a_sentinel_is_verified_against_the_configured_ca() {
+fn sentinels_and_the_primary_over_tls_are_verified_against_the_configured_ca() {
     let dir = tempfile::tempdir().expect("tempdir");
     make_ca(dir.path(), "ca");
     make_cert(dir.path(), "ca", "server", "DNS:localhost,IP:127.0.0.1");
@@ -322,17 +321,19 @@ fn a_tls_primary_named_by_a_sentinel_is_verified_against_the_configured_ca() {
         .chunks(2)
         .map(|pair| format!("{} \"{}\"\n", pair[0].trim_start_matches("--"), pair[1]))
         .collect();
+    // It also serves TLS on a port of its own, which sluice uses.
+    let sentinel_tls_port = free_port();
     let sentinel = Sentinel::start_with(
         tls_port,
         1,
-        &format!("tls-replication yes\n{sentinel_tls}"),
+        &format!("tls-port {sentinel_tls_port}\ntls-replication yes\n{sentinel_tls}"),
         None,
     );
     assert_eq!(sentinel.primary_port(), Some(tls_port));
     let config = |ca: &str| {
         let redis =
             format!("    url: \"rediss://127.0.0.1:1/0\"\n    tls: {{ ca_file: \"{ca}\" }}\n");
-        behind_a_sentinel(&redis, &sentinel, "", 2)
+        behind_a_sentinel(&redis, sentinel_tls_port, ", tls: true", 2)
     };
     let sluice = Sluice::start(&config(&file("ca.crt")));
     let statuses: Vec<u16> = (0..3)
@@ -341,8 +342,7 @@ fn a_tls_primary_named_by_a_sentinel_is_verified_against_the_configured_ca() {
     assert_eq!(statuses, [200, 200, 429]);
     assert_eq!(primary.keys("sluice:*").len(), 1);
 
-    // A CA that did not sign the primary's certificate: refused, so
-    // on_error decides.
+    // A CA that did not sign the certificates: refused, so on_error decides.
     let other = tempfile::tempdir().expect("tempdir");
     make_ca(other.path(), "ca");
     let other_ca = other.path().join("ca.crt").display().to_string();

@@ -167,6 +167,8 @@ pub struct SentinelFile {
     pub nodes: Vec<String>,
     /// The sentinels' own password (`requirepass` of the sentinels).
     pub password: Option<String>,
+    /// Whether the sentinels are reached over TLS.
+    pub tls: Option<bool>,
 }
 
 /// `limiter.redis.tls:`.

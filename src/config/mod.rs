@@ -247,6 +247,8 @@ pub struct SentinelConfig {
     pub nodes: Vec<String>,
     /// The sentinels' own password, if they require one.
     pub password: Option<String>,
+    /// The sentinels are reached over TLS, verified with `limiter.redis.tls`.
+    pub tls: bool,
 }
 
 impl std::fmt::Debug for SentinelConfig {
@@ -255,6 +257,7 @@ impl std::fmt::Debug for SentinelConfig {
             .field("master", &self.master)
             .field("nodes", &self.nodes)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
             .finish()
     }
 }

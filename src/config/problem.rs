@@ -261,7 +261,7 @@ pub enum ProblemKind {
     #[error("`{0}` is not host:port")]
     NotHostPort(String),
     /// `limiter.redis.tls` for a plain connection.
-    #[error("`tls` applies to rediss:// URLs (TLS to Redis); this URL is redis://")]
+    #[error("`tls` applies to rediss:// URLs (TLS to Redis) and to sentinels with `tls: true`; this URL is redis://")]
     RedisTlsWithoutRediss,
     /// A file that holds no PEM block.
     #[error("`{0}` holds no PEM certificate or key (-----BEGIN ...)")]

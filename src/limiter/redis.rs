@@ -144,8 +144,9 @@ impl Queued {
 
 /// A sentinel client for `sentinel`'s master, connecting to the primary it
 /// names with `info`'s user, password, database and scheme, and over
-/// `rediss://` with `tls`'s CA and client certificate. The sentinels' own
-/// password is passed as it is written (no URL to escape it for).
+/// `rediss://` with `tls`'s CA and client certificate; the sentinels over
+/// TLS too with `sentinel.tls`. The sentinels' own password is passed as it
+/// is written (no URL to escape it for).
 fn sentinel_client(
     sentinel: &SentinelConfig,
     info: &redis::ConnectionInfo,
@@ -164,8 +165,20 @@ fn sentinel_client(
                 .rsplit_once(':')
                 .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
                 .ok_or_else(|| invalid(&format!("{node} is not host:port")))?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            Ok(redis::ConnectionAddr::Tcp(host.to_string(), port))
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            Ok(if sentinel.tls {
+                redis::ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: false,
+                    tls_params: None,
+                }
+            } else {
+                redis::ConnectionAddr::Tcp(host, port)
+            })
         })
         .collect::<Result<Vec<_>, LimiterError>>()?;
     let primary = info.redis_settings();
@@ -178,6 +191,12 @@ fn sentinel_client(
             .set_client_to_redis_protocol(primary.protocol());
     if let Some(password) = &sentinel.password {
         builder = builder.set_client_to_sentinel_password(password);
+    }
+    if sentinel.tls {
+        builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+        if let Some(certificates) = wire::tls_certificates(tls) {
+            builder = builder.set_client_to_sentinel_certificates(certificates);
+        }
     }
     if let Some(username) = primary.username() {
         builder = builder.set_client_to_redis_username(username);

@@ -117,6 +117,7 @@ fn sentinel(c: &mut Checker, f: &LimiterFile) -> Option<SentinelConfig> {
         master: s.master.clone(),
         nodes: s.nodes.clone(),
         password: s.password.clone(),
+        tls: s.tls.unwrap_or(false),
     })
 }
 
@@ -127,8 +128,9 @@ fn tls(c: &mut Checker, f: &LimiterFile, url: &str) -> RedisTlsConfig {
     let Some(t) = &f.redis.tls else {
         return RedisTlsConfig::default();
     };
-    let uses_tls =
-        url.starts_with("rediss://") || f.redis.cluster.iter().any(|n| n.starts_with("rediss://"));
+    let uses_tls = url.starts_with("rediss://")
+        || f.redis.cluster.iter().any(|n| n.starts_with("rediss://"))
+        || f.redis.sentinel.as_ref().and_then(|s| s.tls) == Some(true);
     if !uses_tls {
         let path = KeyPath::root("limiter").key("redis").key("tls");
         c.problem(&path, ProblemKind::RedisTlsWithoutRediss);
