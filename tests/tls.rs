@@ -356,6 +356,70 @@ fn an_idle_http2_connection_is_closed_after_keepalive_timeout() {
     );
 }
 
+/// HTTP/2 "rapid reset" (CVE-2023-44487): a client that opens streams and
+/// cancels them at once, thousands in a burst, is sent GOAWAY
+/// ENHANCE_YOUR_CALM and closed before a request is processed; other clients
+/// are served.
+#[test]
+fn an_http2_rapid_reset_flood_is_cut_off() {
+    let sluice = Sluice::start_with_server("  h2c: true\n", BODY, &[]);
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| -> Vec<u8> {
+        let mut bytes = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        bytes.extend([kind, flags]);
+        bytes.extend(stream.to_be_bytes());
+        bytes.extend(payload);
+        bytes
+    };
+    // GET / for localhost, HPACK: static :method GET, :scheme http, :path /,
+    // :authority as a literal without indexing.
+    let mut head = vec![0x82, 0x86, 0x84, 0x01, 9];
+    head.extend(b"localhost");
+    let mut attack = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    attack.extend(frame(0x4, 0, 0, &[]));
+    for i in 0..5_000u32 {
+        let stream = 1 + 2 * i;
+        attack.extend(frame(0x1, 0x5, stream, &head)); // HEADERS, END_STREAM | END_HEADERS
+        attack.extend(frame(0x3, 0, stream, &8u32.to_be_bytes())); // RST_STREAM CANCEL
+    }
+    let mut socket = TcpStream::connect(sluice.addr).expect("connect");
+    // The server may close while the burst is still being written.
+    let _ = socket.write_all(&attack);
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    // Walk the frames the server sent: one GOAWAY, error code 11.
+    let mut goaway = None;
+    let mut at = 0;
+    while at + 9 <= answer.len() {
+        let length = u32::from_be_bytes([0, answer[at], answer[at + 1], answer[at + 2]]) as usize;
+        if answer[at + 3] == 0x7 && at + 17 <= answer.len() {
+            let code = &answer[at + 13..at + 17];
+            goaway = Some(u32::from_be_bytes([code[0], code[1], code[2], code[3]]));
+        }
+        at += 9 + length;
+    }
+    assert_eq!(
+        goaway,
+        Some(11),
+        "no GOAWAY ENHANCE_YOUR_CALM in {answer:?}"
+    );
+    assert_eq!(sluice.get("/", &[]).status, 200, "others are still served");
+    // That request is the only one the gateway ever processed (it is
+    // counted once logged, just after its answer).
+    let served = || {
+        metric_value(
+            &sluice.metrics(),
+            "sluice_requests_total{route=\"api\",status=\"200\"}",
+        )
+    };
+    wait_until(Duration::from_secs(5), "the request counted", || {
+        served() >= 1
+    });
+    assert_eq!(served(), 1, "a cancelled stream reached the gateway");
+}
+
 /// Whether the server closed `socket` within `limit` (EOF or a reset).
 fn closed_within(socket: &mut TcpStream, limit: Duration) -> bool {
     socket.set_read_timeout(Some(limit)).expect("read timeout");
@@ -421,6 +485,10 @@ fn a_handshake_that_never_ends_is_closed_and_counts_against_max_connections() {
             "not closed by the deadline"
         );
     }
+    // Counted just after the shutdown that the client saw as EOF.
+    wait_until(Duration::from_secs(5), "three handshake timeouts", || {
+        rejected("handshake_timeout") >= timeouts_before + 3
+    });
     assert_eq!(rejected("handshake_timeout"), timeouts_before + 3);
 
     // The places are free again, and a real client is served.
