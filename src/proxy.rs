@@ -308,8 +308,8 @@ impl ProxyHttp for Gateway {
         let code = rejection.reply().status;
         // Once a response head is on its way, nothing more can be said.
         if session.response_written().is_none() {
-            let server = ctx.state.config.server.server_header.clone();
-            if let Err(e) = reject(session, &rejection, server.as_deref()).await {
+            let server = ctx.state.config.server.server_header.as_deref();
+            if let Err(e) = reject(session, &rejection, server).await {
                 log::debug!("could not send the {code} to the client: {e}");
             }
         }

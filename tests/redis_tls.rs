@@ -78,10 +78,7 @@ fn a_tls_redis_with_an_acl_user_limits_exactly_and_the_password_stays_secret() {
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
     // The decisions ran on Redis, as alice, over TLS.
     assert_eq!(redis.keys("sluice:*").len(), 1);
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut redis.connection())
-        .expect("CLIENT LIST");
+    let clients = redis.client_list();
     assert!(
         clients.lines().any(|l| l.contains("user=alice")),
         "{clients}"

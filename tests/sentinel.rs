@@ -277,10 +277,7 @@ fn a_sentinel_password_that_needs_escaping_and_an_acl_user_on_the_primary() {
     assert_eq!(sluice.decisions("api", "per-key", "deny", "redis"), 2);
     // Decided on the primary the sentinel named, as its ACL user.
     assert_eq!(primary.keys("sluice:*").len(), 1);
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut primary.connection())
-        .expect("CLIENT LIST");
+    let clients = primary.client_list();
     assert!(
         clients.lines().any(|l| l.contains("user=gate")),
         "{clients}"

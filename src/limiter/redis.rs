@@ -182,6 +182,7 @@ fn sentinel_client(
         })
         .collect::<Result<Vec<_>, LimiterError>>()?;
     let primary = info.redis_settings();
+    let certificates = wire::tls_certificates(tls);
     let mut builder =
         SentinelClientBuilder::new(nodes, sentinel.master.as_str(), SentinelServerType::Master)
             .map_err(|e| invalid(&e))?
@@ -194,7 +195,7 @@ fn sentinel_client(
     }
     if sentinel.tls {
         builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
-        if let Some(certificates) = wire::tls_certificates(tls) {
+        if let Some(certificates) = certificates.clone() {
             builder = builder.set_client_to_sentinel_certificates(certificates);
         }
     }
@@ -210,7 +211,7 @@ fn sentinel_client(
         } else {
             redis::TlsMode::Secure
         });
-        if let Some(certificates) = wire::tls_certificates(tls) {
+        if let Some(certificates) = certificates {
             builder = builder.set_client_to_redis_certificates(certificates);
         }
     }

@@ -146,6 +146,14 @@ impl RedisServer {
             .expect("KEYS")
     }
 
+    /// `CLIENT LIST`: one line per connection, with its ACL `user=`.
+    pub fn client_list(&self) -> String {
+        redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut self.connection())
+            .expect("CLIENT LIST")
+    }
+
     /// Its process id (0 once killed).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
@@ -1205,6 +1213,15 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {out:?}");
 }
 
+/// `openssl req` arguments for a new, unencrypted P-256 key.
+const NEW_P256_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
 /// A throwaway CA in `dir`: `{name}.crt` and `{name}.key` (P-256).
 pub fn make_ca(dir: &Path, name: &str) {
     let (cert, key, subject) = (
@@ -1212,26 +1229,12 @@ pub fn make_ca(dir: &Path, name: &str) {
         format!("{name}.key"),
         format!("/CN={name}"),
     );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-days",
-            "2",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &cert,
-            "-subj",
-            &subject,
-        ],
-    );
+    let args = [
+        &["req", "-x509", "-days", "2"][..],
+        &NEW_P256_KEY,
+        &["-keyout", &key, "-out", &cert, "-subj", &subject],
+    ];
+    openssl(dir, &args.concat());
 }
 
 /// A certificate for `sans` (`DNS:api.example.test,IP:127.0.0.1`) signed by
@@ -1243,23 +1246,13 @@ pub fn make_cert(dir: &Path, ca: &str, name: &str, sans: &str) {
         format!("{name}.csr"),
         format!("{name}.ext"),
     );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
+    let subject = format!("/CN={name}");
+    let args = [
+        &["req"][..],
+        &NEW_P256_KEY,
+        &["-keyout", &key, "-out", &csr, "-subj", &subject],
+    ];
+    openssl(dir, &args.concat());
     std::fs::write(dir.join(&ext), format!("subjectAltName={sans}\n")).expect("write ext");
     let (ca_cert, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
     openssl(
