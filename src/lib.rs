@@ -18,6 +18,7 @@ pub mod config;
 pub mod context;
 pub mod drain;
 pub mod exempt;
+pub mod fast_stop;
 pub mod front_door;
 pub mod handshake;
 pub mod headers;

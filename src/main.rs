@@ -10,6 +10,7 @@ use sluice::access_log::{AccessLog, QUEUE_LINES};
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
 use sluice::drain::settle_time;
+use sluice::fast_stop::FastStopWatch;
 use sluice::front_door::FrontDoor;
 use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
@@ -109,6 +110,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let reloader = Reloader::new(cli.config.clone(), Arc::clone(&state), Arc::clone(&metrics))
         .map_err(|e| format!("SIGHUP handler: {e}"))?;
 
+    let fast_stop = FastStopWatch::new().map_err(|e| format!("SIGINT handler: {e}"))?;
     if cli.daemon {
         exit_on_daemon_ready().map_err(|e| format!("SIGUSR1 handler: {e}"))?;
     }
@@ -157,6 +159,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     server.add_service(proxy).add_dependency(&bootstrap);
     server.add_service(admin).add_dependency(&bootstrap);
     server.add_service(background_service("sluice reload", reloader));
+    server.add_service(background_service("sluice fast stop", fast_stop));
     server.add_service(background_service(
         "sluice health checks",
         HealthChecks::new(state),

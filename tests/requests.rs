@@ -281,7 +281,13 @@ fn sigint_stops_fast_and_sigterm_within_the_grace_period() {
     let redis = RedisServer::start();
     let mut fast = Sluice::start(&header_keyed(&redis));
     let took = fast.stop_with("-INT");
-    assert!(took < Duration::from_secs(5), "SIGINT took {took:?}");
+    // Within a second, bounded by sluice's own watch (Pingora's fast stop
+    // alone sometimes never ended); the rest is headroom for a busy machine.
+    assert!(
+        took < Duration::from_secs(5),
+        "SIGINT took {took:?}\n{}",
+        fast.log()
+    );
 
     let mut graceful = Sluice::start(&header_keyed(&redis));
     assert_eq!(graceful.get("/hello", &[("X-Api-Key", "k")]).status, 200);
