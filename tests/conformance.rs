@@ -8,7 +8,10 @@
 //! and every step must land within 50 ms of its nominal time; every table is
 //! written so that its outcomes hold anywhere in that margin. A run where the
 //! machine was too loaded to keep that timing is detected (not guessed) and
-//! retried with fresh keys.
+//! retried with fresh keys, for as long as [`TIMING_BUDGET`] allows: on a
+//! busy machine a step misses its 50 ms now and then (beside two busy loops
+//! and a build, five attempts in a row once did), and only a table that ran
+//! on time says anything about the algorithm.
 
 mod common;
 
@@ -26,6 +29,9 @@ use std::time::{Duration, Instant};
 const OFFSET_MS: u64 = 20;
 /// A step may run this late and still count.
 const LATENESS_MS: u64 = 50;
+/// How long a table may be retried before the machine is declared too
+/// loaded to time it (an idle machine needs one attempt of a few seconds).
+const TIMING_BUDGET: Duration = Duration::from_secs(90);
 
 /// (ms after the start, cost, expected allowed).
 type Step = (u64, u64, bool);
@@ -77,7 +83,8 @@ fn redis_time_us(redis: &RedisServer) -> u64 {
     secs * 1_000_000 + micros
 }
 
-/// Runs `table` on Redis in real time; `None` if a step missed its slot.
+/// Runs `table` on Redis in real time; `Err` with the step that missed
+/// its slot, and by how much.
 fn run_redis_once(
     runtime: &tokio::runtime::Runtime,
     limiter: &Arc<RedisLimiter>,
@@ -86,7 +93,7 @@ fn run_redis_once(
     algorithm: Algorithm,
     limit: u64,
     table: &[Step],
-) -> Option<Vec<Decision>> {
+) -> Result<Vec<Decision>, String> {
     // Map Redis time onto this process's clock, then start just after the
     // next second boundary at least 300 ms away.
     let asked = Instant::now();
@@ -110,12 +117,13 @@ fn run_redis_once(
         let decision = runtime
             .block_on(limiter.check(&checks, &member))
             .expect("Redis decision")[0];
-        if Instant::now() > due + Duration::from_millis(LATENESS_MS) {
-            return None;
+        let late = Instant::now().saturating_duration_since(due);
+        if late > Duration::from_millis(LATENESS_MS) {
+            return Err(format!("step {i} ran {late:?} late"));
         }
         decisions.push(decision);
     }
-    Some(decisions)
+    Ok(decisions)
 }
 
 fn conformance(
@@ -155,13 +163,19 @@ fn conformance(
     for _ in 0..3 {
         let _ = runtime.block_on(limiter.check(&warm, "warm"));
     }
-    for attempt in 0..5 {
+    let started = Instant::now();
+    for attempt in 0.. {
+        if started.elapsed() > TIMING_BUDGET {
+            panic!("{name}: the machine was too loaded to time the table in {attempt} attempts");
+        }
         let key = format!("{name}-{attempt}");
-        let Some(remote) =
-            run_redis_once(&runtime, &limiter, &redis, &key, algorithm, limit, table)
-        else {
-            eprintln!("{name}: attempt {attempt} missed its timing (loaded machine); retrying");
-            continue;
+        let remote = match run_redis_once(&runtime, &limiter, &redis, &key, algorithm, limit, table)
+        {
+            Ok(remote) => remote,
+            Err(missed) => {
+                eprintln!("{name}: attempt {attempt} missed its timing ({missed}); retrying");
+                continue;
+            }
         };
         let allowed: Vec<bool> = remote.iter().map(|d| d.allowed).collect();
         assert_eq!(allowed, expected, "{name}: Redis vs table");
@@ -181,7 +195,6 @@ fn conformance(
         }
         return;
     }
-    panic!("{name}: the machine was too loaded to time the table in 5 attempts");
 }
 
 #[test]
