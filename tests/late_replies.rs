@@ -124,3 +124,54 @@ fn a_late_lease_is_released_at_once() {
     settles_at(&redis, "sluice:{api:per-user:carol}", 0);
     assert_eq!(sluice.get("/x", &[("X-User", "carol")]).status, 200);
 }
+
+/// A stall longer than the connection's 2 s response timeout: the late
+/// replies never arrive, so the refund of the request the fallback refused is
+/// sent without one, behind the stalled call (a `sliding_log` refund removes
+/// only the request's own entry, harmless if Redis never ran it).
+#[test]
+fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let body = format!(
+        r#"
+limiter:
+  redis: {{ url: "{url}", timeout: 100ms }}
+  on_error: local
+  local: {{ share: 0.4 }}
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: api
+    upstream: api
+    limits:
+      - {{ name: per-user, key: [{{header: X-User}}], limit: 3, window: 1m }}
+"#,
+        url = redis.url(),
+        upstream = upstream.addr,
+    );
+    let sluice = Sluice::start(&body);
+    let dave = [("X-User", "dave")];
+    let key = "sluice:{api:per-user:dave}";
+    assert_eq!(sluice.get("/x", &dave).status, 200);
+    assert_eq!(redis.zcard(key), 1);
+
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2500)
+        .arg("ALL")
+        .query(&mut redis.connection())
+        .expect("CLIENT PAUSE");
+    // The fallback's share of 3 is one request: it admits one, refuses one.
+    let during: Vec<u16> = (0..2).map(|_| sluice.get("/x", &dave).status).collect();
+    assert_eq!(during, [200, 429]);
+    let local = sluice.decisions("api", "per-user", "allow", "local")
+        + sluice.decisions("api", "per-user", "deny", "local");
+    assert_eq!(local, 2, "both answered by the fallback during the stall");
+
+    // Redis runs both late (3 entries), then the refund of the refused one.
+    settles_at(&redis, key, 2);
+    // The admitted request stays counted; one unit is left.
+    assert_eq!(sluice.get("/x", &dave).status, 200);
+    assert_eq!(sluice.get("/x", &dave).status, 429);
+}

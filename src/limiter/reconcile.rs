@@ -12,6 +12,15 @@
 //! - the fallback's verdict is not known (yet): leases are released, counts
 //!   are kept (stricter, never looser).
 //!
+//! When no reply comes at all (a stall longer than the connection's response
+//! timeout, or a broken connection), whether Redis ran the decision is
+//! unknown. A refund that only removes the request's own member
+//! (`sliding_log`, `concurrency`) is the same whether or not Redis ran it, so
+//! it is sent anyway, on the same connection, behind the stalled call: Redis
+//! runs it after the late decision. A counter's refund would give back units
+//! that may never have been taken, so counters keep the stricter rule and
+//! are refunded only from a reply that was seen.
+//!
 //! The [`Decider`](super::Decider) writes each timed-out decision's verdict
 //! into the [`FallbackLedger`]; the Redis backend reads it when a late reply
 //! arrives and sends the refund.
@@ -61,12 +70,37 @@ pub enum Refund {
     LeasesOnly,
 }
 
+/// How a limit's units are given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// A `concurrency` lease: the request's own member, removed.
+    Lease,
+    /// A `sliding_log` entry: the request's own member, removed.
+    LogEntry,
+    /// A count (every other algorithm): units subtracted.
+    Count,
+}
+
 impl Refund {
     /// What to refund when the fallback said `verdict`.
     pub fn for_verdict(verdict: Option<bool>) -> Self {
         match verdict {
             Some(false) => Refund::All,
             Some(true) | None => Refund::LeasesOnly,
+        }
+    }
+
+    /// Whether a limit whose units are `units` is given back, when Redis's
+    /// reply was `seen` (it ran the decision and admitted it) or not (it may
+    /// have run it or not). A refund sent without a reply must be harmless if
+    /// Redis never ran the decision: only removing the request's own member
+    /// is.
+    pub fn gives_back(self, units: Units, seen: bool) -> bool {
+        match (self, units) {
+            (_, Units::Lease) => true,
+            (Refund::All, Units::LogEntry) => true,
+            (Refund::All, Units::Count) => seen,
+            (Refund::LeasesOnly, _) => false,
         }
     }
 }
@@ -91,5 +125,19 @@ mod tests {
         assert_eq!(Refund::for_verdict(Some(false)), Refund::All);
         assert_eq!(Refund::for_verdict(Some(true)), Refund::LeasesOnly);
         assert_eq!(Refund::for_verdict(None), Refund::LeasesOnly);
+    }
+
+    #[test]
+    fn without_a_reply_only_members_are_given_back() {
+        use Units::*;
+        for seen in [true, false] {
+            assert!(Refund::All.gives_back(Lease, seen));
+            assert!(Refund::All.gives_back(LogEntry, seen));
+            assert!(Refund::LeasesOnly.gives_back(Lease, seen));
+            assert!(!Refund::LeasesOnly.gives_back(LogEntry, seen));
+            assert!(!Refund::LeasesOnly.gives_back(Count, seen));
+        }
+        assert!(Refund::All.gives_back(Count, true));
+        assert!(!Refund::All.gives_back(Count, false));
     }
 }

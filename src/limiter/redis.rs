@@ -33,7 +33,7 @@ use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
-    self, decode_reply, is_concurrency_args, is_noscript, parse_batch_line, push_args, CallForm,
+    self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm,
     Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
@@ -499,14 +499,15 @@ impl RedisLimiter {
                     .await
             })
         };
-        let Some(results) = self.answer_expired_while(call, deadline, &mut chunks).await else {
+        let answered = self.answer_expired_while(call, conn, deadline, &mut chunks);
+        let Some(results) = answered.await else {
             return;
         };
         let results = self.rerun_lost(conn, &pipe, results, deadline).await;
         match results {
             Ok(values) => {
                 for (chunk, value) in chunks.into_iter().zip(values) {
-                    self.hand_out(chunk, value);
+                    self.hand_out(chunk, value, conn);
                 }
             }
             Err(e) => {
@@ -568,10 +569,12 @@ impl RedisLimiter {
     /// another member of its batch ran out of budget. Once every decision
     /// has been answered, the call is left to finish in the background
     /// (bounded by the connection's response timeout) so that what Redis
-    /// admits late is reconciled; then `None`.
+    /// admits late is reconciled, with or without a reply (see `reconcile`);
+    /// then `None`.
     async fn answer_expired_while(
         &self,
         mut call: PendingCall,
+        conn: &MultiplexedConnection,
         deadline: Instant,
         chunks: &mut Vec<Vec<Queued>>,
     ) -> Option<Result<Vec<redis::RedisResult<redis::Value>>, LimiterError>> {
@@ -583,12 +586,19 @@ impl RedisLimiter {
                 .map(|q| q.deadline)
                 .min();
             let Some(next) = next else {
-                let this = self.clone();
+                let (this, conn) = (self.clone(), conn.clone());
                 let chunks = std::mem::take(chunks);
                 tokio::spawn(async move {
-                    if let Ok(values) = call.await {
-                        for (chunk, value) in chunks.into_iter().zip(values) {
-                            this.hand_out(chunk, value);
+                    match call.await {
+                        Ok(values) => {
+                            for (chunk, value) in chunks.into_iter().zip(values) {
+                                this.hand_out(chunk, value, &conn);
+                            }
+                        }
+                        Err(_) => {
+                            for queued in chunks.iter().flatten() {
+                                this.reconcile(queued, None, &conn);
+                            }
                         }
                     }
                 });
@@ -607,10 +617,13 @@ impl RedisLimiter {
         }
     }
 
-    /// Gives back what Redis admitted, late, for a decision already answered
-    /// by `on_error` (see `reconcile`): `taken_us` is Redis's clock when it
-    /// ran it.
-    fn reconcile(&self, queued: &Queued, taken_us: i64) {
+    /// Gives back, on `conn`, what Redis admitted late for a decision
+    /// already answered by `on_error`: `late` is Redis's clock when it ran
+    /// it, from its reply, or `None` when no reply came and whether it ran
+    /// is unknown (then only what is harmless to give back twice; see
+    /// `reconcile.rs`). Sent on the connection the decision went on, so that
+    /// Redis runs the refund after the late decision.
+    fn reconcile(&self, queued: &Queued, late: Option<i64>, conn: &MultiplexedConnection) {
         let member = queued
             .args
             .first()
@@ -625,8 +638,7 @@ impl RedisLimiter {
             let Some(limit) = queued.args.get(3 + 6 * i..9 + 6 * i) else {
                 return;
             };
-            let lease = is_concurrency_args(limit);
-            if refund == Refund::All || lease {
+            if refund.gives_back(refund_units(limit), late.is_some()) {
                 keys.push(key.as_str());
                 limits.push(limit);
             }
@@ -634,17 +646,18 @@ impl RedisLimiter {
         if keys.is_empty() {
             return;
         }
-        log::debug!("Redis ran a timed-out decision late: refunding ({refund:?}) for {member}");
+        log::debug!("Redis ran (or may have run) a timed-out decision late: refunding ({refund:?}) for {member}");
         let mut command = self.call_with_keys(&keys);
-        command.arg(member.as_str()).arg("refund").arg(taken_us);
+        command
+            .arg(member.as_str())
+            .arg("refund")
+            .arg(late.unwrap_or(0));
         for limit in limits {
             for arg in limit {
                 command.arg(arg.as_slice());
             }
         }
-        let Some(mut conn) = self.current() else {
-            return;
-        };
+        let mut conn = conn.clone();
         tokio::spawn(async move {
             if let Err(e) = command.query_async::<redis::Value>(&mut conn).await {
                 log::debug!("refund of a late admission failed (leases expire by themselves): {e}");
@@ -688,7 +701,12 @@ impl RedisLimiter {
 
     /// Gives each decision of `chunk` its own reply (or error) from the
     /// batch call's reply: one line per decision.
-    fn hand_out(&self, chunk: Vec<Queued>, value: redis::RedisResult<redis::Value>) {
+    fn hand_out(
+        &self,
+        chunk: Vec<Queued>,
+        value: redis::RedisResult<redis::Value>,
+        conn: &MultiplexedConnection,
+    ) {
         let text = match value {
             Ok(redis::Value::BulkString(text)) => text,
             Ok(other) => {
@@ -715,7 +733,7 @@ impl RedisLimiter {
             match (&queued.reply, &decoded) {
                 // Answered by on_error already, and Redis admitted it.
                 (None, Ok(values)) if values.first() == Some(&1) => {
-                    self.reconcile(&queued, values.get(1).copied().unwrap_or(0));
+                    self.reconcile(&queued, Some(values.get(1).copied().unwrap_or(0)), conn);
                 }
                 _ => queued.answer(decoded),
             }

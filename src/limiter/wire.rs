@@ -6,6 +6,7 @@
 //! (`cluster.rs`).
 
 use super::circuit::{CircuitBreaker, Transition};
+use super::reconcile::Units;
 use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
 use crate::config::RedisTlsConfig;
 use std::time::{Duration, Instant};
@@ -228,15 +229,23 @@ pub(super) fn wire_code(algorithm: Algorithm) -> (u8, u64) {
     }
 }
 
-/// Whether a decision's wire arguments (its six, as [`push_args`] writes
-/// them) are those of a `concurrency` limit.
-pub(super) fn is_concurrency_args(args: &[Vec<u8>]) -> bool {
-    let code = wire_code(Algorithm::Concurrency {
+/// How a limit's units are given back, from its wire arguments (its six, as
+/// [`push_args`] writes them).
+pub(super) fn refund_units(args: &[Vec<u8>]) -> Units {
+    let is = |algorithm: Algorithm| {
+        let code = wire_code(algorithm).0.to_string();
+        args.first()
+            .is_some_and(|first| first.as_slice() == code.as_bytes())
+    };
+    if is(Algorithm::Concurrency {
         lease: Duration::ZERO,
-    })
-    .0;
-    args.first()
-        .is_some_and(|first| first.as_slice() == code.to_string().as_bytes())
+    }) {
+        Units::Lease
+    } else if is(Algorithm::SlidingLog) {
+        Units::LogEntry
+    } else {
+        Units::Count
+    }
 }
 
 /// Appends the ARGV of `lua/decide.lua` for `checks`.
@@ -514,25 +523,31 @@ mod tests {
     }
 
     #[test]
-    fn the_concurrency_code_is_what_push_args_writes() {
-        let check = LimitCheck {
+    fn refund_units_are_read_from_what_push_args_writes() {
+        let check = |algorithm| LimitCheck {
             key: "k",
             limit: 1,
             window: Duration::from_secs(1),
             cost: 1,
-            algorithm: Algorithm::Concurrency {
-                lease: Duration::from_secs(30),
-            },
+            algorithm,
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
             max_delay: Duration::ZERO,
         };
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        push_args(&mut args, &[check], "m-1", Mode::Take);
-        assert!(is_concurrency_args(&args[3..]));
-        assert!(!is_concurrency_args(&args[4..]));
-        assert_eq!(args.len(), 3 + 6);
+        let lease = Duration::from_secs(30);
+        for (algorithm, units) in [
+            (Algorithm::Concurrency { lease }, Units::Lease),
+            (Algorithm::SlidingLog, Units::LogEntry),
+            (Algorithm::FixedWindow, Units::Count),
+            (Algorithm::SlidingWindow { buckets: 10 }, Units::Count),
+            (Algorithm::TokenBucket { burst: 1 }, Units::Count),
+        ] {
+            let mut args: Vec<Vec<u8>> = Vec::new();
+            push_args(&mut args, &[check(algorithm)], "m-1", Mode::Take);
+            assert_eq!(args.len(), 3 + 6);
+            assert_eq!(refund_units(&args[3..]), units, "{algorithm:?}");
+        }
     }
 
     #[test]
