@@ -33,8 +33,8 @@ use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
-    self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm,
-    Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
+    self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
+    CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
 use crate::config::{RedisConfig, RedisTlsConfig, SentinelConfig};
