@@ -42,12 +42,7 @@ fn request_during_a_stall(sluice: &Sluice, redis: &RedisServer, user: &str, mill
             sluice.decisions("api", "per-user", "allow", "redis") > 0
         },
     );
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(millis)
-        .arg("ALL")
-        .query(&mut redis.connection())
-        .expect("CLIENT PAUSE");
+    redis.pause_clients(millis);
     let paused = Instant::now();
     let status = sluice.get("/x", &[("X-User", user)]).status;
     assert!(
@@ -156,12 +151,7 @@ routes:
     assert_eq!(sluice.get("/x", &dave).status, 200);
     assert_eq!(redis.zcard(key), 1);
 
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(2500)
-        .arg("ALL")
-        .query(&mut redis.connection())
-        .expect("CLIENT PAUSE");
+    redis.pause_clients(2500);
     // The fallback's share of 3 is one request: it admits one, refuses one.
     let during: Vec<u16> = (0..2).map(|_| sluice.get("/x", &dave).status).collect();
     assert_eq!(during, [200, 429]);

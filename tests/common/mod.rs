@@ -130,6 +130,18 @@ impl RedisServer {
             .expect("cannot connect to the test redis-server")
     }
 
+    /// Pauses every client for `millis` (`CLIENT PAUSE … ALL`); returns once
+    /// the pause has begun. Redis lifts it on a cron tick after `millis`, up
+    /// to 100 ms later.
+    pub fn pause_clients(&self, millis: u64) {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(millis)
+            .arg("ALL")
+            .query(&mut self.connection())
+            .expect("CLIENT PAUSE");
+    }
+
     /// ZCARD of `key`.
     pub fn zcard(&self, key: &str) -> u64 {
         redis::cmd("ZCARD")
