@@ -76,15 +76,32 @@ fn run_local(algorithm: Algorithm, limit: u64, table: &[Step]) -> Vec<Decision> 
         .collect()
 }
 
-fn redis_time_us(redis: &RedisServer) -> u64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query(&mut redis.connection())
-        .expect("TIME");
-    secs * 1_000_000 + micros
+/// Redis's clock (µs) and the local instant it corresponds to: the `TIME`
+/// with the shortest round trip of a few on one open connection, placed at
+/// the middle of that round trip. A fresh connection's handshake, or a
+/// Redis slow to wake on a busy machine, would otherwise put the mapping off
+/// by tens of milliseconds, and every step would look late.
+fn redis_clock(redis: &RedisServer) -> (Instant, u64) {
+    let mut connection = redis.connection();
+    (0..5)
+        .map(|_| {
+            let asked = Instant::now();
+            let (secs, micros): (u64, u64) =
+                redis::cmd("TIME").query(&mut connection).expect("TIME");
+            let round_trip = asked.elapsed();
+            (
+                round_trip,
+                asked + round_trip / 2,
+                secs * 1_000_000 + micros,
+            )
+        })
+        .min_by_key(|&(round_trip, _, _)| round_trip)
+        .map(|(_, local, redis)| (local, redis))
+        .expect("five samples")
 }
 
 /// Runs `table` on Redis in real time; `Err` with the step that missed
-/// its slot, and by how much.
+/// its slot, by how much, and how late its thread woke for it.
 fn run_redis_once(
     runtime: &tokio::runtime::Runtime,
     limiter: &Arc<RedisLimiter>,
@@ -96,9 +113,7 @@ fn run_redis_once(
 ) -> Result<Vec<Decision>, String> {
     // Map Redis time onto this process's clock, then start just after the
     // next second boundary at least 300 ms away.
-    let asked = Instant::now();
-    let redis_now = redis_time_us(redis);
-    let local_now = asked + asked.elapsed() / 2;
+    let (local_now, redis_now) = redis_clock(redis);
     let boundary = (redis_now / 1_000_000 + 1) * 1_000_000
         + if redis_now % 1_000_000 > 700_000 {
             1_000_000
@@ -112,6 +127,7 @@ fn run_redis_once(
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
+        let woke = Instant::now().saturating_duration_since(due);
         let member = format!("m{i}");
         let checks = [check(key, algorithm, limit, cost)];
         let decision = runtime
@@ -119,7 +135,7 @@ fn run_redis_once(
             .expect("Redis decision")[0];
         let late = Instant::now().saturating_duration_since(due);
         if late > Duration::from_millis(LATENESS_MS) {
-            return Err(format!("step {i} ran {late:?} late"));
+            return Err(format!("step {i} ran {late:?} late (woke {woke:?} late)"));
         }
         decisions.push(decision);
     }
