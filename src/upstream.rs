@@ -24,6 +24,24 @@ pub struct Upstream {
     /// The CAs an HTTPS upstream's certificate is verified against, parsed
     /// once (`None`: the system's roots, or plain HTTP).
     ca: Option<Arc<CaType>>,
+    /// Its connections' pool: see [`pool_key`].
+    pool_key: u64,
+}
+
+/// The key that keeps an upstream's pooled connections its own. Pingora
+/// pools connections by address, scheme, SNI, client certificate and
+/// whether the certificate and name are verified — not by the CAs trusted
+/// nor by the protocol spoken — so two upstreams on one `host:port` with
+/// different trust would share a connection the one verified for the
+/// other. The key covers the upstream's name, its whole `tls` (CAs
+/// included) and its `protocol`: a connection serves only the upstream
+/// (and the settings) that made it, and a reload that changes its trust
+/// starts new connections.
+fn pool_key(config: &UpstreamConfig) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&config.name, &config.tls, config.protocol).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
@@ -68,6 +86,7 @@ impl Upstream {
             balancer,
             next_check: Mutex::new(config.health_check.map(|_| Instant::now())),
             ca,
+            pool_key: pool_key(config),
         })
     }
 
@@ -98,6 +117,7 @@ impl Upstream {
             }
             None => HttpPeer::new(backend, false, String::new()),
         };
+        peer.group_key = self.pool_key;
         if self.config.protocol != UpstreamProtocol::Http1 {
             // h2 by ALPN over TLS; without TLS, HTTP/2 with prior knowledge.
             peer.options.alpn = ALPN::H2;
@@ -105,6 +125,15 @@ impl Upstream {
         peer.options.connection_timeout = Some(self.connect_timeout());
         peer.options.read_timeout = Some(self.read_timeout());
         Some(peer)
+    }
+
+    /// [`Upstream::peer`], or the error answered as a 502 when no server
+    /// is healthy.
+    pub fn select(&self) -> pingora::Result<HttpPeer> {
+        self.peer().ok_or_else(|| {
+            let why = format!("no healthy server in upstream `{}`", self.name());
+            pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)
+        })
     }
 
     /// Whether a health check is due at `now`; if so, the next one is

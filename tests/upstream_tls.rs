@@ -110,3 +110,47 @@ routes:
     let statuses: Vec<u16> = (0..10).map(|_| sluice.get("/x", &[]).status).collect();
     assert_eq!(statuses, [200; 10]);
 }
+
+/// Two upstreams on one `host:port` with one SNI but different trust: a
+/// connection pooled for the one that trusts the server's CA is never
+/// used for one that does not, even right after it was made.
+#[test]
+fn a_pooled_connection_serves_only_the_upstream_whose_trust_made_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_upstream, addr) = https_upstream(dir.path());
+    make_ca(dir.path(), "other");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let sluice = Sluice::start(&format!(
+        r#"
+limiter: {{ backend: local }}
+upstreams:
+  trusting: {{ servers: ["{addr}"], tls: {{ sni: upstream.test, ca_file: "{ca}" }} }}
+  other_ca: {{ servers: ["{addr}"], tls: {{ sni: upstream.test, ca_file: "{other}" }} }}
+  system_roots: {{ servers: ["{addr}"], tls: {{ sni: upstream.test }} }}
+  unverified: {{ servers: ["{addr}"], tls: {{ sni: upstream.test, verify: false }} }}
+routes:
+  - {{ name: trusting, match: {{ path_prefix: /trusting }}, upstream: trusting }}
+  - {{ name: other_ca, match: {{ path_prefix: /other }}, upstream: other_ca }}
+  - {{ name: system_roots, match: {{ path_prefix: /system }}, upstream: system_roots }}
+  - {{ name: unverified, match: {{ path_prefix: /unverified }}, upstream: unverified }}
+"#,
+        ca = file("ca.crt"),
+        other = file("other.crt"),
+    ));
+    for round in 0..3 {
+        // Each refused request comes right after the trusting upstream
+        // left a verified connection in the pool.
+        for refused in ["/other", "/system"] {
+            assert_eq!(sluice.get("/trusting", &[]).status, 200, "round {round}");
+            let response = sluice.get(refused, &[]);
+            assert_eq!(
+                response.status, 502,
+                "{refused}, round {round}: {response:?}"
+            );
+            assert!(response.body.contains("bad_gateway"), "{}", response.body);
+        }
+        // `verify: false` connects on its own and is served.
+        assert_eq!(sluice.get("/unverified", &[]).status, 200, "round {round}");
+        assert_eq!(sluice.get("/trusting", &[]).status, 200, "round {round}");
+    }
+}

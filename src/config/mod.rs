@@ -326,7 +326,7 @@ pub struct UpstreamConfig {
 }
 
 /// `upstreams.*.protocol`: how sluice speaks to an upstream's servers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamProtocol {
     /// HTTP/1.1 (the default).
@@ -339,7 +339,7 @@ pub enum UpstreamProtocol {
 }
 
 /// `upstreams.*.tls`: how sluice speaks TLS to an upstream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamTls {
     /// The server name sent (SNI) and verified.
     pub sni: String,
