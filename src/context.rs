@@ -4,10 +4,14 @@
 use crate::access_log::AccessLogLine;
 use crate::config::RouteAction;
 use crate::policy::{HeldLeases, LimitReport, RateEntry, Routed, Verdict};
-use crate::request::request_path;
+use crate::request::{request_path, UpstreamRewrite};
 use crate::state::{CompiledRoute, GatewayState};
+use crate::upstream::Upstream;
 use pingora::http::RequestHeader;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The peer of a connection that is not over IP, as the gateway sees it.
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -76,6 +80,29 @@ impl RequestCtx {
     /// The matched route, if any.
     pub fn route(&self) -> Option<&CompiledRoute> {
         self.route.map(|i| &self.state.compiled[i])
+    }
+
+    /// The upstream the request's route proxies to, if it has one.
+    pub fn upstream(&self) -> Option<Arc<Upstream>> {
+        match self.route().map(|route| &route.action) {
+            Some(RouteAction::Upstream(u)) => self.state.upstreams.get(*u).cloned(),
+            _ => None,
+        }
+    }
+
+    /// What the upstream is sent instead of the head as received from
+    /// `peer` (the socket's IP; `None` when not over IP): the routed target
+    /// and `Host` (taken: asked once), `peer` appended to
+    /// `X-Forwarded-For`, and the identity header removed unless `peer` is
+    /// a trusted proxy — the upstream must not take a client's own for it.
+    pub fn upstream_rewrite(&mut self, peer: Option<IpAddr>) -> UpstreamRewrite<'_> {
+        let trusted = self.state.client_ip.is_trusted(peer.unwrap_or(LOOPBACK));
+        UpstreamRewrite {
+            target: self.upstream_target.take(),
+            host: self.upstream_host.take(),
+            remove: self.state.identity.trusted_header().filter(|_| !trusted),
+            forwarded_for: peer,
+        }
     }
 
     /// The canonical path of `req`, this context's request.

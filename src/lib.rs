@@ -31,6 +31,7 @@ pub mod policy;
 pub mod proxy;
 pub mod reload;
 pub mod request;
+pub mod respond;
 pub mod route;
 pub mod state;
 pub mod sync;

@@ -2,6 +2,7 @@
 
 use arc_swap::ArcSwap;
 use clap::Parser;
+use pingora::proxy::HttpProxy;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::background::background_service;
@@ -76,30 +77,12 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
-    let server_conf = ServerConf {
-        threads: config.server.threads,
-        work_stealing: config.server.work_stealing,
-        grace_period_seconds: Some(config.server.grace_period.as_secs_f64().ceil() as u64),
-        graceful_shutdown_timeout_seconds: Some(1),
-        pid_file: config.server.pid_file.clone(),
-        upgrade_sock: config.server.upgrade_sock.clone(),
-        // With --daemon, the starting process exits only once the daemon has
-        // bootstrapped (listeners bound or taken over): what systemd's
-        // Type=forking needs to know the service is up.
-        daemon_wait_for_ready: true,
-        daemon_ready_timeout_seconds: std::num::NonZeroU64::new(60),
-        ..ServerConf::default()
-    };
     let opt = Opt {
         upgrade: cli.upgrade,
         daemon: cli.daemon,
         ..Opt::default()
     };
-    let listen = config.server.listen.clone();
-    let tls_listen: Vec<String> = config.server.tls.iter().map(|l| l.listen.clone()).collect();
-    let h2c = config.server.h2c;
-    let h2_idle_timeout = config.server.front_door.keepalive_timeout;
-    let grace_period = config.server.grace_period;
+    let server_conf = server_conf(&config);
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
 
@@ -120,36 +103,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     // the listeners start once it is done.
     let bootstrap = server.bootstrap_as_a_service();
 
-    let access_log = AccessLog::new(QUEUE_LINES, metrics.access_log_dropped.clone());
-    let mut proxy_app = pingora::proxy::http_proxy(
-        &server.configuration,
-        Gateway::new(Arc::clone(&state), Arc::clone(&metrics), access_log),
-    );
-    let mut options = pingora::apps::HttpServerOptions::default();
-    options.h2c = h2c;
-    // An HTTP/2 connection without a stream in progress is idle, like a
-    // kept-alive HTTP/1.1 one between requests (whose timeout the front
-    // door keeps, reloadably); Pingora closes it, with the value at start.
-    options.h2_idle_timeout = Some(h2_idle_timeout);
-    proxy_app.server_options = Some(options);
-    let front_door = FrontDoor::new(
-        proxy_app,
-        settle_time(grace_period),
-        Arc::clone(&state),
-        Arc::clone(&metrics),
-    );
-    let handshake_guard = Arc::new(front_door.handshake_guard());
-    let mut proxy = Service::new("sluice proxy".to_string(), front_door);
-    // Only the TLS listeners call it.
-    proxy.endpoints().set_pre_tls_callback(handshake_guard);
-    for addr in &listen {
-        proxy.add_tcp(addr);
-    }
-    for addr in &tls_listen {
-        let settings = sluice::tls::listener_settings(Arc::clone(&state), addr)
-            .map_err(|e| format!("TLS listener {addr}: {e}"))?;
-        proxy.add_tls_with_settings(addr, None, settings);
-    }
+    let (proxy, listening) = proxy_service(&server, &state, &metrics)?;
     let mut admin = Service::new(
         "sluice admin".to_string(),
         AdminApp::new(metrics, Arc::clone(&state)),
@@ -165,17 +119,73 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         HealthChecks::new(state),
     ));
 
-    log::info!(
-        "sluice listening on {}{} (admin {}), {routes} routes",
-        listen.join(", "),
-        if tls_listen.is_empty() {
-            String::new()
-        } else {
-            format!(", TLS {}", tls_listen.join(", "))
-        },
-        admin_addr,
-    );
+    log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");
     server.run_forever()
+}
+
+/// Pingora's settings from `config.server`.
+fn server_conf(config: &Config) -> ServerConf {
+    ServerConf {
+        threads: config.server.threads,
+        work_stealing: config.server.work_stealing,
+        grace_period_seconds: Some(config.server.grace_period.as_secs_f64().ceil() as u64),
+        graceful_shutdown_timeout_seconds: Some(1),
+        pid_file: config.server.pid_file.clone(),
+        upgrade_sock: config.server.upgrade_sock.clone(),
+        // With --daemon, the starting process exits only once the daemon has
+        // bootstrapped (listeners bound or taken over): what systemd's
+        // Type=forking needs to know the service is up.
+        daemon_wait_for_ready: true,
+        daemon_ready_timeout_seconds: std::num::NonZeroU64::new(60),
+        ..ServerConf::default()
+    }
+}
+
+/// The gateway behind its front door, as a listening service.
+type ProxyService = Service<FrontDoor<HttpProxy<Gateway>>>;
+
+/// The proxy service on every plain and TLS listener of the starting
+/// configuration, behind the front door; and the listeners, for the log.
+fn proxy_service(
+    server: &Server,
+    state: &SharedState,
+    metrics: &Arc<Metrics>,
+) -> Result<(ProxyService, String), String> {
+    let config = &state.load().config;
+    let access_log = AccessLog::new(QUEUE_LINES, metrics.access_log_dropped.clone());
+    let mut proxy_app = pingora::proxy::http_proxy(
+        &server.configuration,
+        Gateway::new(Arc::clone(state), Arc::clone(metrics), access_log),
+    );
+    let mut options = pingora::apps::HttpServerOptions::default();
+    options.h2c = config.server.h2c;
+    // An HTTP/2 connection without a stream in progress is idle, like a
+    // kept-alive HTTP/1.1 one between requests (whose timeout the front
+    // door keeps, reloadably); Pingora closes it, with the value at start.
+    options.h2_idle_timeout = Some(config.server.front_door.keepalive_timeout);
+    proxy_app.server_options = Some(options);
+    let front_door = FrontDoor::new(
+        proxy_app,
+        settle_time(config.server.grace_period),
+        Arc::clone(state),
+        Arc::clone(metrics),
+    );
+    let handshake_guard = Arc::new(front_door.handshake_guard());
+    let mut proxy = Service::new("sluice proxy".to_string(), front_door);
+    // Only the TLS listeners call it.
+    proxy.endpoints().set_pre_tls_callback(handshake_guard);
+    for addr in &config.server.listen {
+        proxy.add_tcp(addr);
+    }
+    let mut listening = config.server.listen.join(", ");
+    for listener in &config.server.tls {
+        let addr = &listener.listen;
+        let settings = sluice::tls::listener_settings(Arc::clone(state), addr)
+            .map_err(|e| format!("TLS listener {addr}: {e}"))?;
+        proxy.add_tls_with_settings(addr, None, settings);
+        listening.push_str(&format!(", TLS {addr}"));
+    }
+    Ok((proxy, listening))
 }
 
 /// With `--daemon`, Pingora's starting process waits for the daemon's
@@ -232,6 +242,24 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
             count(listener.certs.len(), "certificate")
         );
     }
+    limiter_summary(&mut out, config);
+    for route in &config.routes {
+        let target = match &route.action {
+            RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
+            RouteAction::Respond { status, .. } => format!("→ respond {status}"),
+        };
+        let _ = writeln!(out, "  route {} {target}", route.name);
+        for limit in &route.limits {
+            let _ = writeln!(out, "    limit {}: {}", limit.name, limit.describe());
+        }
+    }
+    out
+}
+
+/// The `--check` summary's lines on the limiter: its backend, the deny
+/// cache and the in-process limiter.
+fn limiter_summary(out: &mut String, config: &Config) {
+    use std::fmt::Write as _;
     if let Some(sentinel) = &config.limiter.redis.sentinel {
         let _ = writeln!(
             out,
@@ -276,17 +304,6 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
             String::new()
         }
     );
-    for route in &config.routes {
-        let target = match &route.action {
-            RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
-            RouteAction::Respond { status, .. } => format!("→ respond {status}"),
-        };
-        let _ = writeln!(out, "  route {} {target}", route.name);
-        for limit in &route.limits {
-            let _ = writeln!(out, "    limit {}: {}", limit.name, limit.describe());
-        }
-    }
-    out
 }
 
 fn count(n: usize, noun: &str) -> String {

@@ -313,6 +313,16 @@ impl Metrics {
         }
     }
 
+    /// Counts one request of `route` answered with `status` (0: no
+    /// answer was sent).
+    pub fn count_request(&self, route: &str, status: u16) {
+        let code = http::StatusCode::from_u16(status).ok();
+        let status_label = code.as_ref().map_or("0", |c| c.as_str());
+        self.requests
+            .with_label_values(&[route, status_label])
+            .inc();
+    }
+
     /// The registry in Prometheus text format.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 * 1024);

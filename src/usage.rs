@@ -16,8 +16,9 @@ use crate::config::LimitConfig;
 use crate::config::{KeyPart, PlanSource};
 use crate::headers::ceil_secs;
 use crate::keys::{build_key, query_value, PartValue, RequestParts};
+use crate::limiter::Decision;
 use crate::policy::{applied_limit, counter_name, limit_check};
-use crate::state::{CompiledRoute, GatewayState};
+use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use http::StatusCode;
 use serde_json::json;
 use std::borrow::Cow;
@@ -48,30 +49,9 @@ pub async fn answer(
             )
         }
     };
-    let param = |name: &str| parameter(query, name);
-    let required = |name: &str| match param(name) {
-        Ok(Some(value)) => Ok(String::from_utf8_lossy(&value).into_owned()),
-        Ok(None) => Err(error(
-            StatusCode::BAD_REQUEST,
-            "missing_parameter",
-            json!({ "parameter": name }),
-        )),
-        Err(e) => Err(e),
-    };
-    let (route_name, limit_name) = match (required("route"), required("limit")) {
-        (Ok(r), Ok(l)) => (r, l),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
-    let Some(route) = state.compiled.iter().find(|r| r.name == route_name) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "unknown_route",
-            json!({ "route": route_name }),
-        );
-    };
-    let Some(limit) = route.limits.iter().find(|l| l.config.name == limit_name) else {
-        let body = json!({ "route": route_name, "limit": limit_name });
-        return error(StatusCode::NOT_FOUND, "unknown_limit", body);
+    let (route, limit) = match route_and_limit(state, query) {
+        Ok(found) => found,
+        Err(e) => return e,
     };
     let c = &limit.config;
 
@@ -92,25 +72,55 @@ pub async fn answer(
         };
     }
     match state.decider.peek(&[check]).await {
-        Ok(decisions) => {
-            let Some(d) = decisions.first() else {
-                return unavailable(&"no decision");
-            };
-            let remaining = d.remaining.min(quota);
-            (
-                StatusCode::OK,
-                json!({
-                    "route": route.name,
-                    "limit": c.name,
-                    "quota": quota,
-                    "used": quota - remaining,
-                    "remaining": remaining,
-                    "reset_seconds": ceil_secs(d.reset),
-                }),
-            )
-        }
+        Ok(decisions) => match decisions.first() {
+            Some(d) => usage_of(route, c, d, quota),
+            None => unavailable(&"no decision"),
+        },
         Err(e) => unavailable(&e),
     }
+}
+
+/// The route and limit the `route` and `limit` parameters name.
+fn route_and_limit<'s>(
+    state: &'s GatewayState,
+    query: &[u8],
+) -> Result<(&'s CompiledRoute, &'s CompiledLimit), Answer> {
+    let required = |name: &str| match parameter(query, name) {
+        Ok(Some(value)) => Ok(String::from_utf8_lossy(&value).into_owned()),
+        Ok(None) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "missing_parameter",
+            json!({ "parameter": name }),
+        )),
+        Err(e) => Err(e),
+    };
+    let (route_name, limit_name) = (required("route")?, required("limit")?);
+    let Some(route) = state.compiled.iter().find(|r| r.name == route_name) else {
+        let body = json!({ "route": route_name });
+        return Err(error(StatusCode::NOT_FOUND, "unknown_route", body));
+    };
+    let Some(limit) = route.limits.iter().find(|l| l.config.name == limit_name) else {
+        let body = json!({ "route": route_name, "limit": limit_name });
+        return Err(error(StatusCode::NOT_FOUND, "unknown_limit", body));
+    };
+    Ok((route, limit))
+}
+
+/// The usage report of limit `c` of `route`, from the limiter's decision
+/// `d`, for a key whose limit is `quota`.
+fn usage_of(route: &CompiledRoute, c: &LimitConfig, d: &Decision, quota: u64) -> Answer {
+    let remaining = d.remaining.min(quota);
+    (
+        StatusCode::OK,
+        json!({
+            "route": route.name,
+            "limit": c.name,
+            "quota": quota,
+            "used": quota - remaining,
+            "remaining": remaining,
+            "reset_seconds": ceil_secs(d.reset),
+        }),
+    )
 }
 
 /// The counter key the parameters name, and the limit that applies to it.
@@ -121,41 +131,14 @@ fn key_and_quota(
     query: &[u8],
 ) -> Result<(String, u64), Answer> {
     let param = |name: &str| parameter(query, name);
-    // Every part of the key, from its parameter.
-    let mut values: Vec<(KeyPart, Vec<u8>)> = Vec::with_capacity(c.key.len());
-    for part in &c.key {
-        let label = part.label();
-        match param(&label) {
-            Ok(Some(value)) if !value.is_empty() => values.push((part.clone(), value.into_owned())),
-            Ok(_) => {
-                let body = json!({ "part": label });
-                return Err(error(StatusCode::BAD_REQUEST, "missing_part", body));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let values = part_values(c, query)?;
     let value_of = |wanted: &KeyPart| {
         values
             .iter()
             .find(|(part, _)| part == wanted)
             .map(|(_, v)| v.as_slice())
     };
-    let ip_text = match value_of(&KeyPart::Ip) {
-        None => String::new(),
-        Some(raw) => match std::str::from_utf8(raw)
-            .ok()
-            .and_then(|t| t.parse::<IpAddr>().ok())
-        {
-            Some(ip) => state.client_ip.key_text(ip),
-            None => {
-                return Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "bad_part",
-                    json!({ "part": "ip" }),
-                ))
-            }
-        },
-    };
+    let ip_text = ip_key_text(state, value_of(&KeyPart::Ip))?;
     // The parts as a request would carry them (a query parameter as its
     // encoded pair, so that it decodes to the value given).
     let query_pairs: String = values
@@ -200,6 +183,36 @@ fn key_and_quota(
     let plan_of = |_: &PlanSource| plan.clone();
     let quota = applied_limit(c, &parts, &plan_of);
     Ok((key, quota))
+}
+
+/// Each part of limit `c`'s key with the value its parameter gives; a
+/// part without one (or with an empty one) is an error.
+fn part_values(c: &LimitConfig, query: &[u8]) -> Result<Vec<(KeyPart, Vec<u8>)>, Answer> {
+    let mut values = Vec::with_capacity(c.key.len());
+    for part in &c.key {
+        let label = part.label();
+        match parameter(query, &label)? {
+            Some(value) if !value.is_empty() => values.push((part.clone(), value.into_owned())),
+            _ => {
+                let body = json!({ "part": label });
+                return Err(error(StatusCode::BAD_REQUEST, "missing_part", body));
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// The `ip` parameter as the key spells the client IP (empty when the key
+/// has no `ip` part); not an IP address, an error.
+fn ip_key_text(state: &GatewayState, raw: Option<&[u8]>) -> Result<String, Answer> {
+    let Some(raw) = raw else {
+        return Ok(String::new());
+    };
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|t| t.parse::<IpAddr>().ok())
+        .map(|ip| state.client_ip.key_text(ip))
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad_part", json!({ "part": "ip" })))
 }
 
 /// The query parameter `name`, percent-decoded; given twice with different

@@ -3,7 +3,9 @@
 use super::super::calendar::{Calendar, Period, PeriodBounds};
 use super::super::checker::Checker;
 use super::super::defaults::limit as defaults;
-use super::super::file::{AlgorithmFile, KeyPartFile, LimitFile, OnLimitFile, PeriodFile};
+use super::super::file::{
+    AlgorithmFile, KeyPartFile, LimitFile, OnLimitFile, OverrideFile, PeriodFile,
+};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
 use super::super::{
@@ -321,7 +323,42 @@ fn plans_and_overrides(
             c.problem(at, ProblemKind::CostOverLimit { cost, limit: n });
         }
     };
-    let limit_from = f.limit_from.as_ref().and_then(|from| {
+    let limit_from = limit_from(c, path, f);
+    let mut plans = Vec::new();
+    for (name, &n) in f.plans.iter().flatten() {
+        check_number(c, &path.key("plans").key(name), n);
+        plans.push((name.clone(), n));
+    }
+    match (f.limit_from.is_some(), f.plans.is_some()) {
+        (true, false) => c.problem(
+            &path.key("limit_from"),
+            ProblemKind::Needs("limit_from", "plans"),
+        ),
+        (false, true) => c.problem(
+            &path.key("plans"),
+            ProblemKind::Needs("plans", "limit_from"),
+        ),
+        _ => {}
+    }
+    let overrides = f
+        .overrides
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, o)| {
+            let at = path.key("overrides").index(i);
+            let limit = override_limit(c, &at, o, &plans, &check_number);
+            let parts = override_parts(c, &at, o, key);
+            Override { parts, limit }
+        })
+        .collect();
+    (limit_from, plans, overrides)
+}
+
+/// `limit_from`: where a request's plan comes from (a claim or a header,
+/// exactly one).
+fn limit_from(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> Option<PlanSource> {
+    f.limit_from.as_ref().and_then(|from| {
         let at = path.key("limit_from");
         match (&from.claim, &from.header) {
             (Some(claim), None) if !claim.is_empty() => Some(PlanSource::Claim(claim.clone())),
@@ -340,67 +377,66 @@ fn plans_and_overrides(
                 None
             }
         }
-    });
-    let mut plans = Vec::new();
-    for (name, &n) in f.plans.iter().flatten() {
-        check_number(c, &path.key("plans").key(name), n);
-        plans.push((name.clone(), n));
-    }
-    match (f.limit_from.is_some(), f.plans.is_some()) {
-        (true, false) => c.problem(
-            &path.key("limit_from"),
-            ProblemKind::Needs("limit_from", "plans"),
-        ),
-        (false, true) => c.problem(
-            &path.key("plans"),
-            ProblemKind::Needs("plans", "limit_from"),
-        ),
-        _ => {}
-    }
-    let mut overrides = Vec::new();
-    for (i, o) in f.overrides.iter().flatten().enumerate() {
-        let at = path.key("overrides").index(i);
-        let limit = match (o.limit, &o.plan) {
-            (Some(n), None) => {
-                check_number(c, &at.key("limit"), n);
-                n
-            }
-            (None, Some(plan)) => match plans.iter().find(|(name, _)| name == plan) {
-                Some((_, n)) => *n,
-                None => {
-                    let known = plans.iter().map(|(name, _)| name.clone()).collect();
-                    let kind = ProblemKind::UnknownPlan {
-                        name: plan.clone(),
-                        known,
-                    };
-                    c.problem(&at.key("plan"), kind);
-                    1
-                }
-            },
-            _ => {
-                c.problem(&at, ProblemKind::OverrideLimitOrPlan);
+    })
+}
+
+/// An override's limit: its own number, or its plan's.
+fn override_limit(
+    c: &mut Checker,
+    at: &KeyPath,
+    o: &OverrideFile,
+    plans: &[(String, u64)],
+    check_number: &dyn Fn(&mut Checker, &KeyPath, u64),
+) -> u64 {
+    match (o.limit, &o.plan) {
+        (Some(n), None) => {
+            check_number(c, &at.key("limit"), n);
+            n
+        }
+        (None, Some(plan)) => match plans.iter().find(|(name, _)| name == plan) {
+            Some((_, n)) => *n,
+            None => {
+                let known = plans.iter().map(|(name, _)| name.clone()).collect();
+                let kind = ProblemKind::UnknownPlan {
+                    name: plan.clone(),
+                    known,
+                };
+                c.problem(&at.key("plan"), kind);
                 1
             }
-        };
-        if o.matcher.is_empty() {
-            c.problem(&at.key("match"), ProblemKind::EmptyOverrideMatch);
+        },
+        _ => {
+            c.problem(at, ProblemKind::OverrideLimitOrPlan);
+            1
         }
-        let mut parts = Vec::new();
-        for (label, value) in &o.matcher {
-            match key.iter().find(|part| part.label() == match_label(label)) {
-                Some(part) => parts.push((part.clone(), value.clone())),
-                None => {
-                    let kind = ProblemKind::OverridePartNotInKey {
-                        part: label.clone(),
-                        key: key.iter().map(KeyPart::label).collect(),
-                    };
-                    c.problem(&at.key("match").key(label), kind);
-                }
+    }
+}
+
+/// An override's `match`: each named part with its value; every part must
+/// be one of the limit's `key`.
+fn override_parts(
+    c: &mut Checker,
+    at: &KeyPath,
+    o: &OverrideFile,
+    key: &[KeyPart],
+) -> Vec<(KeyPart, String)> {
+    if o.matcher.is_empty() {
+        c.problem(&at.key("match"), ProblemKind::EmptyOverrideMatch);
+    }
+    let mut parts = Vec::new();
+    for (label, value) in &o.matcher {
+        match key.iter().find(|part| part.label() == match_label(label)) {
+            Some(part) => parts.push((part.clone(), value.clone())),
+            None => {
+                let kind = ProblemKind::OverridePartNotInKey {
+                    part: label.clone(),
+                    key: key.iter().map(KeyPart::label).collect(),
+                };
+                c.problem(&at.key("match").key(label), kind);
             }
         }
-        overrides.push(Override { parts, limit });
     }
-    (limit_from, plans, overrides)
+    parts
 }
 
 /// How `match` names a part: `header.X-Api-Key` is `header.x-api-key`

@@ -164,6 +164,9 @@ fn action(
     }
 }
 
+/// What a template's parameter segment starts with.
+const PARAMETER_OPENS: char = '{';
+
 /// `path: /users/{id}/orders`: its literal segments canonical, each
 /// parameter a whole segment with a unique name.
 fn template(c: &mut Checker, path: &KeyPath, value: &str) -> PathMatch {
@@ -173,7 +176,13 @@ fn template(c: &mut Checker, path: &KeyPath, value: &str) -> PathMatch {
             // parameter stands for one plain segment.
             let probe: Vec<&str> = value
                 .split('/')
-                .map(|s| if s.starts_with('{') { "p" } else { s })
+                .map(|s| {
+                    if s.starts_with(PARAMETER_OPENS) {
+                        "p"
+                    } else {
+                        s
+                    }
+                })
                 .collect();
             let probe = probe.join("/");
             let slashes = crate::target::EscapedSlashes::Keep;

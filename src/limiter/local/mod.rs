@@ -144,6 +144,85 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Pass 1 for `check`: (whether it fits at `now`, the wait for a limit
+    /// that delays). A limit that delays admits what fits within its
+    /// longest wait; a key in its penalty box fits nothing.
+    fn fits(&mut self, check: &LimitCheck<'_>, now: u64) -> (bool, u64) {
+        let boxed = !check.block.is_zero() && self.boxed_until > now;
+        let p = Params::of(check);
+        if boxed {
+            return (false, 0);
+        }
+        if self.counter.peek(now, &p) {
+            return (true, 0);
+        }
+        if p.max_delay == 0 {
+            return (false, 0);
+        }
+        match self.counter.wait(now, &p) {
+            Some(w) if w <= p.max_delay => (true, w),
+            _ => (false, 0),
+        }
+    }
+
+    /// Pass 2 for `check`: consumes its cost under `member` when the request
+    /// is `admit`ted and the limit takes now (or reserves it after `wait`),
+    /// else reports it (a denial puts the key in its penalty box).
+    fn conclude(
+        &mut self,
+        check: &LimitCheck<'_>,
+        admit: bool,
+        (ok, wait): (bool, u64),
+        now: u64,
+        member: &str,
+    ) -> Decision {
+        let p = Params::of(check);
+        if admit && ok && !check.deferred && wait > 0 {
+            // Admitted after `wait`: its units reserved for then.
+            let (remaining, reset) = self.counter.reserve(now, &p, member);
+            return Decision {
+                allowed: true,
+                remaining,
+                reset: micros(reset),
+                retry_after: micros(wait),
+            };
+        }
+        if admit && ok && !check.deferred {
+            let (remaining, reset) = self.counter.take(now, &p, member);
+            return Decision {
+                allowed: true,
+                remaining,
+                reset: micros(reset),
+                retry_after: Duration::ZERO,
+            };
+        }
+        if !check.block.is_zero() && self.boxed_until > now {
+            let left = micros(self.boxed_until - now);
+            return Decision {
+                allowed: false,
+                remaining: 0,
+                reset: left,
+                retry_after: left,
+            };
+        }
+        let (remaining, mut reset, mut retry) = self.counter.report(now, &p);
+        if !ok && !check.block.is_zero() {
+            // This limit denied the key: into the penalty box.
+            let block = micros_of(check.block);
+            self.boxed_until = now.saturating_add(block);
+            reset = reset.max(block);
+            retry = retry.max(block);
+        }
+        Decision {
+            allowed: ok,
+            remaining,
+            reset: micros(reset),
+            retry_after: micros(retry),
+        }
+    }
+}
+
 type Shard = HashMap<String, Slot>;
 
 /// In-process limiter, safe to share between threads.
@@ -190,17 +269,7 @@ impl<C: Clock> LocalLimiter<C> {
         let mut admit = true;
         for (check, &g) in checks.iter().zip(&slots) {
             let slot = slot_for(&mut guards[g], check, capacity, now);
-            let boxed = !check.block.is_zero() && slot.boxed_until > now;
-            let p = Params::of(check);
-            let mut ok = !boxed && slot.counter.peek(now, &p);
-            // A limit that delays admits what fits within its longest wait.
-            let mut wait = 0;
-            if !ok && !boxed && p.max_delay > 0 {
-                if let Some(w) = slot.counter.wait(now, &p).filter(|&w| w <= p.max_delay) {
-                    ok = true;
-                    wait = w;
-                }
-            }
+            let (ok, wait) = slot.fits(check, now);
             admit &= ok || check.shadow;
             fits.push((ok, wait));
         }
@@ -211,7 +280,6 @@ impl<C: Clock> LocalLimiter<C> {
             .zip(&slots)
             .zip(fits)
             .map(|((check, &g), (ok, wait))| {
-                let p = Params::of(check);
                 let Some(slot) = guards[g].get_mut(check.key) else {
                     return Decision {
                         allowed: ok,
@@ -220,47 +288,7 @@ impl<C: Clock> LocalLimiter<C> {
                         retry_after: Duration::ZERO,
                     };
                 };
-                if admit && ok && !check.deferred && wait > 0 {
-                    // Admitted after `wait`: its units reserved for then.
-                    let (remaining, reset) = slot.counter.reserve(now, &p, member);
-                    Decision {
-                        allowed: true,
-                        remaining,
-                        reset: micros(reset),
-                        retry_after: micros(wait),
-                    }
-                } else if admit && ok && !check.deferred {
-                    let (remaining, reset) = slot.counter.take(now, &p, member);
-                    Decision {
-                        allowed: true,
-                        remaining,
-                        reset: micros(reset),
-                        retry_after: Duration::ZERO,
-                    }
-                } else if !check.block.is_zero() && slot.boxed_until > now {
-                    let left = micros(slot.boxed_until - now);
-                    Decision {
-                        allowed: false,
-                        remaining: 0,
-                        reset: left,
-                        retry_after: left,
-                    }
-                } else {
-                    let (remaining, mut reset, mut retry) = slot.counter.report(now, &p);
-                    if !ok && !check.block.is_zero() {
-                        // This limit denied the key: into the penalty box.
-                        let block = micros_of(check.block);
-                        slot.boxed_until = now.saturating_add(block);
-                        reset = reset.max(block);
-                        retry = retry.max(block);
-                    }
-                    Decision {
-                        allowed: ok,
-                        remaining,
-                        reset: micros(reset),
-                        retry_after: micros(retry),
-                    }
-                }
+                slot.conclude(check, admit, (ok, wait), now, member)
             })
             .collect()
     }

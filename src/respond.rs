@@ -1,0 +1,146 @@
+//! The gateway's own answers on a Pingora session: rejections (JSON, or
+//! gRPC's trailers-only form for a gRPC call), fixed replies, the answer to
+//! an upstream failure, and the wait of a delayed request.
+
+use crate::policy::{self, HeldLeases, Rejection, Reply};
+use crate::state::{CompiledRoute, GatewayState};
+use http::header;
+use pingora::http::ResponseHeader;
+use pingora::prelude::Result;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorSource, ErrorType};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+/// Waits `wait` (a delayed request's turn, `on_limit: delay`); false if
+/// the client closed the connection meanwhile. A request whose body is still
+/// to come is not watched: its body is the upstream's to read.
+async fn wait_turn(session: &mut Session, wait: Duration) -> bool {
+    let turn = tokio::time::sleep(wait);
+    if !session.is_body_empty() && !session.is_body_done() {
+        turn.await;
+        return true;
+    }
+    tokio::select! {
+        () = turn => true,
+        // Ends only when the client closes (or sends what no request may).
+        _ = session.read_body_or_idle(true) => false,
+    }
+}
+
+/// A delayed request's turn (`on_limit: delay`): waits its delay, counted
+/// in `waiting` and observed in the route's delay histogram. False when
+/// the client left meanwhile: the units reserved for it are given back.
+/// True at once for a request that is not delayed.
+pub async fn take_turn(
+    session: &mut Session,
+    held: &mut HeldLeases,
+    state: &GatewayState,
+    route: &CompiledRoute,
+    waiting: &prometheus::IntGauge,
+) -> bool {
+    let wait = held.delay();
+    if wait.is_zero() {
+        return true;
+    }
+    if let Some(delays) = &route.delays {
+        delays.observe(wait.as_secs_f64());
+    }
+    waiting.inc();
+    let stayed = wait_turn(session, wait).await;
+    waiting.dec();
+    if stayed {
+        held.waited();
+    } else {
+        held.give_back(state, route).await;
+    }
+    stayed
+}
+
+/// Writes a rejection: in gRPC's form for a gRPC call, else as JSON.
+pub async fn reject(
+    session: &mut Session,
+    rejection: &Rejection<'_>,
+    server: Option<&str>,
+) -> Result<bool> {
+    if policy::is_grpc(session.req_header()) {
+        respond(session, rejection.grpc_reply(), server).await
+    } else {
+        respond(session, rejection.reply(), server).await
+    }
+}
+
+/// Writes a reply the gateway makes itself, and ends the request.
+/// `server`: the configured `Server` header, if any. A gRPC reply (no body)
+/// is trailers-only: one header block that ends the stream.
+pub async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) -> Result<bool> {
+    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 3))?;
+    if let Some(server) = server {
+        response.insert_header(header::SERVER, server)?;
+    }
+    response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
+    let trailers_only = reply.content_type == "application/grpc";
+    for (name, value) in reply.headers {
+        response.insert_header(name, value)?;
+    }
+    // A body the client sent but we did not read would be taken for the next
+    // request on this connection: close it instead.
+    if !session.is_body_empty() {
+        session.set_keepalive(None);
+    }
+    if trailers_only {
+        // One header block that ends the stream (what gRPC calls
+        // trailers-only); Pingora's proxy session would end the stream with
+        // an empty DATA frame, which gRPC clients take for missing trailers.
+        if let pingora::protocols::http::ServerSession::H2(h2) = session.downstream_session.as_mut()
+        {
+            h2.write_response_header(Box::new(response), true)?;
+            return Ok(true);
+        }
+    }
+    // Over HTTP/1.1 (no gRPC client speaks it) it is an empty response.
+    response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
+    let head_only = trailers_only || session.req_header().method == http::Method::HEAD;
+    session
+        .write_response_header(Box::new(response), head_only)
+        .await?;
+    if !head_only {
+        session.write_response_body(Some(reply.body), true).await?;
+    }
+    Ok(true)
+}
+
+/// The socket peer's IP (loopback if the connection is not over IP).
+pub fn peer_ip(session: &Session) -> IpAddr {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// How an upstream or gateway failure `e` is answered for `route`: 502
+/// when the upstream cannot be reached or breaks the exchange, 504 when it
+/// does not connect or answer in time, 400 for a request the client broke,
+/// 500 for the gateway's own fault; `None` for a client already gone.
+pub fn rejection_for<'r>(e: &Error, route: Option<&'r str>) -> Option<Rejection<'r>> {
+    match (e.etype(), e.esource()) {
+        (ErrorType::HTTPStatus(504), _) => Some(Rejection::GatewayTimeout { route }),
+        (ErrorType::HTTPStatus(400), _) => Some(Rejection::BadRequest),
+        (ErrorType::HTTPStatus(code), _) if (500..600).contains(code) => {
+            Some(Rejection::BadGateway { route })
+        }
+        (ErrorType::HTTPStatus(_), _) => Some(Rejection::BadRequest),
+        (
+            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout,
+            ErrorSource::Upstream,
+        ) => Some(Rejection::GatewayTimeout { route }),
+        (_, ErrorSource::Upstream) => Some(Rejection::BadGateway { route }),
+        (
+            ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+            ErrorSource::Downstream,
+        ) => None,
+        (_, ErrorSource::Downstream) => Some(Rejection::BadRequest),
+        (_, ErrorSource::Internal | ErrorSource::Unset) => Some(Rejection::Internal),
+    }
+}
