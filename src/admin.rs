@@ -55,11 +55,18 @@ impl ServeHttp for AdminApp {
             return text(status, "application/json", body.to_string().into_bytes());
         }
         match session.req_header().uri.path() {
-            "/metrics" => text(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                self.metrics.encode(),
-            ),
+            "/metrics" => {
+                let held = self.state.load().decider.leases_held();
+                self.metrics
+                    .leases_held
+                    .set(held.try_into().unwrap_or(i64::MAX));
+                let body = self.metrics.encode();
+                text(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    body,
+                )
+            }
             "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
             "/readyz" if self.state.load().decider.is_ready() => {
                 text(StatusCode::OK, plain, b"ready\n".to_vec())

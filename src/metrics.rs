@@ -36,6 +36,9 @@ pub struct Metrics {
     pub delays: HistogramVec,
     /// `sluice_ratelimit_waiting`: requests waiting for their turn now.
     pub waiting: IntGauge,
+    /// `sluice_ratelimit_leases_held`: concurrency leases this instance
+    /// holds (and renews) now; set when the metrics are read.
+    pub leases_held: IntGauge,
 }
 
 /// Why the front door closed or refused a client connection (the `reason`
@@ -238,6 +241,13 @@ impl Metrics {
                     "Requests waiting for their turn now (on_limit: delay).",
                 )?,
             )?,
+            leases_held: register(
+                &registry,
+                IntGauge::new(
+                    "sluice_ratelimit_leases_held",
+                    "Concurrency leases this instance holds now, renewed while their requests last.",
+                )?,
+            )?,
             requests: counters(
                 &registry,
                 "sluice_requests_total",
@@ -358,6 +368,7 @@ mod tests {
             "sluice_redis_errors_total",
             "sluice_redis_up",
             "sluice_config_reloads_total",
+            "sluice_ratelimit_leases_held",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -21,6 +21,7 @@ use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
 use crate::identity::{Claims, HeaderValues, User};
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
+use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
@@ -344,6 +345,9 @@ pub struct HeldLeases {
     delay: Duration,
     delayed: Vec<Keyed>,
     permits: Vec<WaitPermit>,
+    /// The concurrency leases on the book of held leases (renewed while
+    /// the request lives).
+    renewing: Option<LeaseHold>,
 }
 
 /// One limit that applies to a request: its index in the route, its counter
@@ -394,6 +398,8 @@ impl HeldLeases {
     /// Hands the leases back to the limiter that granted them (and counts
     /// the deferred limits by `status`, if that has not happened yet).
     pub async fn release(mut self, state: &GatewayState, route: &CompiledRoute, status: u16) {
+        // Off the book first: a renewal never runs after the release.
+        drop(self.renewing.take());
         self.settle(state, route, status, &|_| None).await;
         let checks = checks(route, &self.keys);
         state.decider.release(&checks, &self.outcome).await;
@@ -515,22 +521,7 @@ pub async fn judge<'a>(
     }
     let client = client_ip(state, view.head, view.peer);
     report.client = Some(client);
-    // The exemption's view of the request ends before the limiter is asked
-    // (it borrows the head, and the decision's future must be Send).
-    let keys = {
-        let header = |name: &str| header_values(view.head, name);
-        let subject = Subject {
-            client,
-            trusted_peer: state.client_ip.is_trusted(view.peer),
-            header: &header,
-            claims: claims.as_ref(),
-        };
-        let whole_route =
-            exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
-        let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
-        let plan = |source: &PlanSource| plan_name(source, &subject);
-        limit_keys(state, route, view, client, user.as_deref(), &exempt, &plan)
-    };
+    let keys = applied_keys(state, route, view, client, user.as_deref(), claims.as_ref());
     let keys = match keys {
         Ok(keys) => keys,
         Err(e) => {
@@ -555,23 +546,62 @@ pub async fn judge<'a>(
     report.rate = rate_entries(route, &keys, &outcome.decisions);
     let verdict = verdict(route, &keys, &outcome);
     report.verdict = Some(verdict);
-    let step = if outcome.source == Source::FailClosed {
-        Step::Reject(Rejection::Unavailable { route: &route.name })
-    } else if !outcome.admitted {
-        Step::Reject(Rejection::TooMany {
-            status: state.config.response.status,
-            route: &route.name,
-            limit: verdict
-                .limit
-                .map(|i| route.limits[i].config.name.as_str())
-                .unwrap_or(""),
-            retry_after: ceil_secs(verdict.retry_after).max(1),
-            headers: rate_headers(state, Some(route), &report.rate),
-        })
-    } else {
-        Step::Proceed(held_leases(route, keys, outcome, permits))
-    };
+    let step = step_for(state, route, keys, outcome, permits, &report);
     Judgement { report, step }
+}
+
+/// The keys of the route's limits that apply to the request (those no
+/// exemption lifts), each with the limit that applies to it.
+fn applied_keys(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    view: &RequestView<'_>,
+    client: IpAddr,
+    user: Option<&[u8]>,
+    claims: Option<&Claims>,
+) -> Result<Vec<Keyed>, AmbiguousPart> {
+    let header = |name: &str| header_values(view.head, name);
+    let subject = Subject {
+        client,
+        trusted_peer: state.client_ip.is_trusted(view.peer),
+        header: &header,
+        claims,
+    };
+    let whole_route = exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
+    let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
+    let plan = |source: &PlanSource| plan_name(source, &subject);
+    limit_keys(state, route, view, client, user, &exempt, &plan)
+}
+
+/// What the limiter's `outcome` makes of the request: 503 when it failed
+/// closed, the configured denial when it was not admitted, else proceed
+/// holding its leases.
+fn step_for<'a>(
+    state: &GatewayState,
+    route: &'a CompiledRoute,
+    keys: Vec<Keyed>,
+    outcome: Outcome,
+    permits: Vec<(usize, WaitPermit)>,
+    report: &LimitReport,
+) -> Step<'a> {
+    if outcome.source == Source::FailClosed {
+        return Step::Reject(Rejection::Unavailable { route: &route.name });
+    }
+    if outcome.admitted {
+        return Step::Proceed(held_leases(state, route, keys, outcome, permits));
+    }
+    let limit = report
+        .verdict
+        .and_then(|v| v.limit)
+        .map(|i| route.limits[i].config.name.as_str());
+    let retry_after = report.verdict.map_or(Duration::ZERO, |v| v.retry_after);
+    Step::Reject(Rejection::TooMany {
+        status: state.config.response.status,
+        route: &route.name,
+        limit: limit.unwrap_or(""),
+        retry_after: ceil_secs(retry_after).max(1),
+        headers: rate_headers(state, Some(route), &report.rate),
+    })
 }
 
 /// Places among the waiters for the limits that delay (`on_limit: delay`):
@@ -877,6 +907,7 @@ fn verdict(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) -> Verdict 
 /// that reserved units for it and its places among the waiters
 /// (`permits`, by index in `keys`).
 fn held_leases(
+    state: &GatewayState,
     route: &CompiledRoute,
     keys: Vec<Keyed>,
     outcome: Outcome,
@@ -906,13 +937,18 @@ fn held_leases(
             deferred.push(k);
         }
     }
-    (!held.is_empty() || !deferred.is_empty() || !delayed.is_empty()).then_some(HeldLeases {
+    if held.is_empty() && deferred.is_empty() && delayed.is_empty() {
+        return None;
+    }
+    let renewing = state.decider.hold(&checks(route, &held), &outcome);
+    Some(HeldLeases {
         keys: held,
         deferred,
         outcome,
         delay,
         delayed,
         permits: waiting,
+        renewing,
     })
 }
 

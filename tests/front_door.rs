@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -193,33 +193,6 @@ fn connections_beyond_the_cap_are_closed_at_once() {
     });
 }
 
-/// An upstream WebSocket server that echoes every message, and closes the
-/// connection itself when it is sent `bye`.
-fn websocket_echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            thread::spawn(move || {
-                let Ok(mut socket) = tungstenite::accept(stream) else {
-                    return;
-                };
-                while let Ok(message) = socket.read() {
-                    if message.to_text().is_ok_and(|t| t == "bye") {
-                        let _ = socket.close(None);
-                        while socket.read().is_ok() {}
-                        return;
-                    }
-                    if message.is_close() || socket.send(message).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// A sluice with a `/ws/` route to a WebSocket echo server, limited by
 /// `limit` (a limit entry).
 fn chat_gateway(limit: &str) -> Sluice {
@@ -243,17 +216,7 @@ routes:
 /// A WebSocket handshake to `/ws/room`: its status, and the socket when it
 /// opened.
 fn open_socket(sluice: &Sluice) -> (u16, Option<tungstenite::WebSocket<TcpStream>>) {
-    let stream = TcpStream::connect(sluice.addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    match tungstenite::client(format!("ws://{}/ws/room", sluice.addr), stream) {
-        Ok((socket, response)) => (response.status().as_u16(), Some(socket)),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-            (response.status().as_u16(), None)
-        }
-        Err(e) => panic!("a handshake failed otherwise: {e}"),
-    }
+    open_websocket(sluice.addr, "/ws/room", &[])
 }
 
 #[test]

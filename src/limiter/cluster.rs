@@ -28,6 +28,7 @@
 
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
+use super::leases::Lease;
 use super::redis::RedisLimiter;
 use super::wire::{self, parse_reply, push_args, Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT};
 use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
@@ -490,6 +491,27 @@ impl Limiter for ClusterLimiter {
                 .await?;
         }
         Ok(())
+    }
+
+    /// One call per primary that holds some of `leases` (its batching
+    /// client's); a lease whose primary is not known yet is not renewed.
+    async fn renew(&self, leases: &[Lease]) -> Result<(), LimiterError> {
+        let mut by_node: HashMap<String, Vec<Lease>> = HashMap::new();
+        for lease in leases {
+            if let Some(node) = self.node_of(&lease.key) {
+                by_node.entry(node).or_default().push(lease.clone());
+            }
+        }
+        let mut result = Ok(());
+        for (node, leases) in by_node {
+            let Some(limiter) = self.node_limiter(&node) else {
+                continue;
+            };
+            if let Err(e) = limiter.renew(&leases).await {
+                result = Err(e);
+            }
+        }
+        result
     }
 
     /// One routed call per key.

@@ -9,6 +9,7 @@ pub mod circuit;
 pub mod cluster;
 pub mod deny_cache;
 mod lazy;
+pub mod leases;
 pub mod local;
 pub mod reconcile;
 pub mod redis;
@@ -196,6 +197,14 @@ pub trait Limiter: Send + Sync {
     /// response ended). Leases not released expire by themselves.
     async fn release(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
 
+    /// Moves the end of each of `leases` (concurrency leases this instance
+    /// holds) `lease` from now, in one call per [`leases::MAX_RENEWALS`]; a
+    /// lease released or already ended stays so. Backends without leases
+    /// of their own do nothing.
+    async fn renew(&self, _leases: &[leases::Lease]) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
     /// Consumes each check's cost under `member` whatever the limit holds:
     /// a deferred limit's counted response (its request was admitted).
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
@@ -300,6 +309,7 @@ pub struct Decider {
     member_prefix: String,
     sequence: Arc<AtomicU64>,
     waiters: Arc<waiters::Waiters>,
+    leases: Arc<leases::LeaseBook>,
 }
 
 impl Decider {
@@ -330,6 +340,7 @@ impl Decider {
             member_prefix: instance_id(),
             sequence: Arc::new(AtomicU64::new(0)),
             waiters: waiters::Waiters::new(config.max_waiting),
+            leases: leases::LeaseBook::new(),
         }
     }
 
@@ -369,6 +380,8 @@ impl Decider {
                 self.waiters.set_max_total(config.max_waiting);
                 Arc::clone(&self.waiters)
             },
+            // Leases held under the old configuration are still renewed.
+            leases: Arc::clone(&self.leases),
         })
     }
 
@@ -414,6 +427,40 @@ impl Decider {
     pub async fn release(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) {
         self.after_admission(AfterAdmission::Release, checks, outcome)
             .await;
+    }
+
+    /// Puts the concurrency leases an admitted request took on `checks`
+    /// (those of its checks that are `concurrency` limits it holds) on the
+    /// book of held leases, renewed on the backend that granted them until
+    /// the returned hold is dropped. `None` when it holds none, or none that
+    /// a backend keeps (fail open).
+    pub fn hold(&self, checks: &[LimitCheck<'_>], outcome: &Outcome) -> Option<leases::LeaseHold> {
+        if !outcome.admitted {
+            return None;
+        }
+        let grantor = match outcome.source {
+            Source::Redis => leases::Grantor::Remote(Arc::clone(self.redis.as_ref()?)),
+            Source::Local => leases::Grantor::Local(Arc::clone(&self.local)),
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => return None,
+        };
+        let held = checks
+            .iter()
+            .filter_map(|check| match check.algorithm {
+                Algorithm::Concurrency { lease } => Some(leases::Lease {
+                    key: check.key.to_string(),
+                    member: outcome.member.clone(),
+                    lease,
+                    cost: check.cost,
+                }),
+                _ => None,
+            })
+            .collect();
+        self.leases.hold(grantor, held)
+    }
+
+    /// Concurrency leases this instance holds now (renewed while held).
+    pub fn leases_held(&self) -> u64 {
+        self.leases.held()
     }
 
     /// A place among the requests that may wait for their turn on `key`

@@ -31,6 +31,7 @@
 
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
+use super::leases::{Lease, MAX_RENEWALS};
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
     self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
@@ -682,6 +683,20 @@ impl RedisLimiter {
         }
     }
 
+    /// The decide code's renewal of `leases` (see `lua/decide.lua`).
+    fn renewal_command(&self, leases: &[Lease]) -> redis::Cmd {
+        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+        let mut command = self.call_with_keys(&keys);
+        command.arg("~");
+        for lease in leases {
+            command
+                .arg(lease.member.as_str())
+                .arg(lease.lease.as_micros() as u64)
+                .arg(lease.cost);
+        }
+        command
+    }
+
     /// The decide call in batch mode for `chunk`.
     fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
         let keys: Vec<&str> = chunk
@@ -814,6 +829,41 @@ impl Limiter for RedisLimiter {
         self.evaluate(checks, member, Mode::Refund { taken_us: 0 }, deadline)
             .await
             .map(|_| ())
+    }
+
+    /// One script call per [`MAX_RENEWALS`] leases, on the shared
+    /// connection; bounded by the response timeout (a renewal is not on any
+    /// request's path); not counted by the circuit, and not sent while it
+    /// is open (the leases then end after `lease`, as a dead instance's).
+    async fn renew(&self, leases: &[Lease]) -> Result<(), LimiterError> {
+        if self.circuit.is_open() {
+            return Err(LimiterError::CircuitOpen);
+        }
+        let deadline = Instant::now() + RESPONSE_TIMEOUT.max(self.budget);
+        let mut conn = match self.current() {
+            Some(conn) => conn,
+            None => tokio::time::timeout_at(deadline.into(), self.connection())
+                .await
+                .unwrap_or(Err(LimiterError::Timeout(self.budget)))?,
+        };
+        for chunk in leases.chunks(MAX_RENEWALS) {
+            let command = self.renewal_command(chunk);
+            let call = command.query_async::<redis::Value>(&mut conn);
+            let result = match tokio::time::timeout_at(deadline.into(), call).await {
+                Ok(Err(e)) if wire::lost_code(&e) => {
+                    self.reload_code(&mut conn).await?;
+                    let again = self.renewal_command(chunk);
+                    tokio::time::timeout_at(deadline.into(), again.query_async(&mut conn)).await
+                }
+                other => other,
+            };
+            match result {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(self.classify(e)),
+                Err(_) => return Err(LimiterError::Timeout(RESPONSE_TIMEOUT)),
+            }
+        }
+        Ok(())
     }
 
     /// Bounded by the budget, like a decision.

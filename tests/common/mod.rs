@@ -4,6 +4,10 @@
 //! slept for.
 #![allow(dead_code)]
 
+mod websocket;
+#[allow(unused_imports)]
+pub use websocket::*;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

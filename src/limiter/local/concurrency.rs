@@ -51,6 +51,14 @@ impl Counter for Concurrency {
         self.leases.retain(|(m, _, _)| m != member);
     }
 
+    fn renew(&mut self, member: &str, now: u64, ends: u64) {
+        for lease in self.leases.iter_mut() {
+            if lease.0 == member && lease.1 > now {
+                lease.1 = ends;
+            }
+        }
+    }
+
     fn is_idle(&self, now: u64) -> bool {
         self.leases.iter().all(|&(_, ends, _)| ends <= now)
     }

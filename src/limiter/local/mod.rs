@@ -103,6 +103,9 @@ pub(super) trait Counter: Send {
     fn report(&self, now: u64, p: &Params) -> (u64, u64, u64);
     /// Releases what `member` holds (concurrency leases); others ignore it.
     fn release(&mut self, _member: &str) {}
+    /// Moves the end of `member`'s lease to `ends` (µs) if it still holds
+    /// one at `now` (concurrency); others ignore it.
+    fn renew(&mut self, _member: &str, _now: u64, _ends: u64) {}
     /// For a limit that delays, after `peek` said no: the wait (µs) until
     /// `cost` more units fit, if waiting can make them fit.
     fn wait(&mut self, _now: u64, _p: &Params) -> Option<u64> {
@@ -315,6 +318,19 @@ impl<C: Clock> LocalLimiter<C> {
             let p = Params::of(check);
             slot.counter.peek(now, &p);
             slot.counter.take(now, &p, member);
+        }
+    }
+
+    /// Renews `leases` (see [`Limiter::renew`]): each one still held ends
+    /// its `lease` from now.
+    pub fn renew(&self, leases: &[super::leases::Lease]) {
+        let now = self.clock.now_us();
+        let (mut guards, slots) = self.slots.lock_all(leases.iter().map(|l| l.key.as_str()));
+        for (lease, &g) in leases.iter().zip(&slots) {
+            if let Some(slot) = guards[g].get_mut(&lease.key) {
+                let ends = now.saturating_add(micros_of(lease.lease));
+                slot.counter.renew(&lease.member, now, ends);
+            }
         }
     }
 

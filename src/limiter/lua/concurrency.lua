@@ -1,8 +1,9 @@
 -- concurrency: at most `limit` units in flight per key (docs/algorithms.md).
 --
 -- The key is a sorted set of leases; score = the time the lease ends by itself
--- (admit time + `lease`, µs; `a.param`). A lease is released (ZREM) when its
--- response completes; if the instance holding it dies, it simply expires.
+-- (admit or last renewal time + `lease`, µs; `a.param`). The instance holding
+-- a lease renews it while its request lives (decide.lua's renewal) and
+-- releases it (ZREM) when the request ends; if the instance dies, it expires.
 local concurrency = {}
 
 -- Drops expired leases; returns whether `cost` more units fit, and the count.

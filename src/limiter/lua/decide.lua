@@ -219,6 +219,35 @@ local function decide(ko, n, o)
   return out
 end
 
+-- Renewal of the concurrency leases one gateway holds (ARGV[1] = '~', never
+-- a member): per lease i, KEYS[i] and ARGV[2 + 3(i-1) ..]: its member, its
+-- `lease` (µs) and its cost. A lease still held ends `lease` from now; one
+-- released or already ended stays so (nothing is admitted here). A key this
+-- node does not serve, or of another type, is skipped. Returns the number of
+-- leases renewed.
+local function renew(o)
+  local renewed = 0
+  for i = 1, #call_keys do
+    local key = call_keys[i]
+    local b = o + 3 * (i - 1)
+    local member, lease, cost = call_args[b + 1], tonumber(call_args[b + 2]), tonumber(call_args[b + 3])
+    local ok, score = pcall(redis.call, 'ZSCORE', key, member)
+    if ok and score and tonumber(score) > now then
+      local ends = now + lease
+      redis.call('ZADD', key, 'XX', ends, member)
+      for j = 2, cost do
+        redis.call('ZADD', key, 'XX', ends, member .. '.' .. j)
+      end
+      local ttl = math.ceil(lease / 1000) + 1
+      if redis.call('PTTL', key) < ttl then
+        redis.call('PEXPIRE', key, ttl)
+      end
+      renewed = renewed + 1
+    end
+  end
+  return renewed
+end
+
 -- A decision's line is formatted in one call: '%d %d …' for its numbers.
 local formats = {}
 local function line_format(count)
@@ -246,6 +275,9 @@ local function run(keys, argv)
   end
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
+  if call_args[first] == '~' then
+    return renew(first)
+  end
   if call_args[first] ~= '*' then
     return decide(0, #call_keys, first - 1)
   end
