@@ -26,6 +26,8 @@ fn routes(n: usize) -> Vec<RouteConfig> {
             },
             limits: Vec::new(),
             exempt: Default::default(),
+            max_body_bytes: 0,
+            forward: Default::default(),
         })
         .collect()
 }

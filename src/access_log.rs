@@ -57,6 +57,8 @@ pub struct AccessLogLine<'a> {
     pub source: Option<&'static str>,
     /// The client IP, as the limiter sees it (after trusted proxies).
     pub client: IpAddr,
+    /// The request's ID, as returned to the client and sent upstream.
+    pub request_id: Option<&'a str>,
 }
 
 impl AccessLogLine<'_> {
@@ -176,6 +178,7 @@ mod tests {
             limit: Some("per-user"),
             source: Some("redis"),
             client: IpAddr::from([192, 0, 2, 1]),
+            request_id: Some("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));
@@ -185,6 +188,7 @@ mod tests {
         assert_eq!(value["status"], 429);
         assert_eq!(value["limit"], "per-user");
         assert_eq!(value["client"], "192.0.2.1");
+        assert_eq!(value["request_id"], "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b");
         assert_eq!(value["path"], "/sms/\"quoted\"\n");
         assert!(value["upstream"].is_null());
         let time = value["time"].as_str().unwrap_or_default();
@@ -224,6 +228,7 @@ mod tests {
             limit: None,
             source: None,
             client: IpAddr::from([127, 0, 0, 1]),
+            request_id: None,
         };
         for _ in 0..5 {
             log.write(&line);

@@ -2,11 +2,17 @@
 //! served with, its route, what the limits said, and what goes upstream.
 
 use crate::access_log::AccessLogLine;
+use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::RouteAction;
+use crate::forward::{rewritten_target, Values};
+use crate::policy;
 use crate::policy::{HeldLeases, LimitReport, RateEntry, Routed, Verdict};
 use crate::request::{request_path, UpstreamRewrite};
+use crate::request_id::request_id;
+use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
 use crate::upstream::Upstream;
+use http::HeaderValue;
 use pingora::http::RequestHeader;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -41,6 +47,16 @@ pub struct RequestCtx {
     pub upstream_host: Option<Vec<u8>>,
     /// The client left while the request waited for its turn.
     pub abandoned: bool,
+    /// The request's ID (set first thing).
+    pub request_id: Option<HeaderValue>,
+    /// The established identity, when the route's header edits name it.
+    pub user: Option<Vec<u8>>,
+    /// The chosen server's name as written, for `upstream_host: upstream`.
+    pub server_name: Option<HeaderValue>,
+    /// Request body bytes received so far.
+    pub body_bytes: u64,
+    /// The request was refused for a body over the route's cap.
+    pub body_too_large: bool,
 }
 
 impl RequestCtx {
@@ -59,6 +75,47 @@ impl RequestCtx {
             upstream_target: None,
             upstream_host: None,
             abandoned: false,
+            request_id: None,
+            user: None,
+            server_name: None,
+            body_bytes: 0,
+            body_too_large: false,
+        }
+    }
+
+    /// Counts `len` more body bytes; the error answered 413 once they
+    /// exceed the route's `max_body_bytes`.
+    pub fn body_received(&mut self, len: usize) -> pingora::Result<()> {
+        self.body_bytes = self.body_bytes.saturating_add(len as u64);
+        let cap = self.route().map_or(0, |r| r.max_body_bytes);
+        if cap == 0 || self.body_bytes <= cap {
+            return Ok(());
+        }
+        self.body_too_large = true;
+        let why = format!("request body over {cap} bytes");
+        Err(pingora::Error::explain(
+            pingora::ErrorType::HTTPStatus(413),
+            why,
+        ))
+    }
+
+    /// Takes in who sent `head` over a connection from `peer`: the
+    /// request's ID is the one a trusted proxy sent, or a new one.
+    pub fn arrived(&mut self, head: &RequestHeader, peer: IpAddr) {
+        let trusted = self.state.client_ip.is_trusted(peer);
+        let header = &self.state.config.server.request_id_header;
+        self.request_id = Some(request_id(head, header, trusted));
+    }
+
+    /// What sluice's own answers to this request carry.
+    pub fn voice(&self) -> Voice<'_> {
+        let server = &self.state.config.server;
+        Voice {
+            server: server.server_header.as_deref(),
+            request_id: self
+                .request_id
+                .as_ref()
+                .map(|id| (&server.request_id_header, id)),
         }
     }
 
@@ -75,6 +132,7 @@ impl RequestCtx {
         self.rate = report.rate;
         self.verdict = report.verdict;
         self.client = report.client;
+        self.user = report.user;
     }
 
     /// The matched route, if any.
@@ -90,19 +148,78 @@ impl RequestCtx {
         }
     }
 
-    /// What the upstream is sent instead of the head as received from
-    /// `peer` (the socket's IP; `None` when not over IP): the routed target
-    /// and `Host` (taken: asked once), `peer` appended to
-    /// `X-Forwarded-For`, and the identity header removed unless `peer` is
-    /// a trusted proxy — the upstream must not take a client's own for it.
-    pub fn upstream_rewrite(&mut self, peer: Option<IpAddr>) -> UpstreamRewrite<'_> {
-        let trusted = self.state.client_ip.is_trusted(peer.unwrap_or(LOOPBACK));
+    /// What the upstream is sent instead of `head` as received from `peer`
+    /// (the socket's IP; `None` when not over IP): the routed target,
+    /// rewritten by the route's `rewrite`, and `Host` (taken: asked once),
+    /// `peer` appended to `X-Forwarded-For`, the identity header removed
+    /// unless `peer` is a trusted proxy — the upstream must not take a
+    /// client's own for it —, the request ID, and the route's header edits.
+    pub fn upstream_rewrite(
+        &mut self,
+        head: &RequestHeader,
+        peer: Option<IpAddr>,
+    ) -> UpstreamRewrite<'_> {
+        let peer_or_loopback = peer.unwrap_or(LOOPBACK);
+        let trusted = self.state.client_ip.is_trusted(peer_or_loopback);
+        let mut target = self.upstream_target.take();
+        let mut host = self.upstream_host.take();
+        let state = Arc::clone(&self.state);
+        if let Some(route) = self.route.and_then(|i| state.compiled.get(i)) {
+            let forward = &route.forward;
+            if let Some(rewrite) = &forward.rewrite {
+                let sent = target.as_deref().unwrap_or(head.raw_path());
+                let path = request_path(&self.path, head);
+                target = rewritten_target(rewrite, path, sent).or(target);
+            }
+            host = match &forward.upstream_host {
+                UpstreamHost::Preserve => host,
+                UpstreamHost::Upstream => self.server_name.as_ref().map(|v| v.as_bytes().to_vec()),
+                UpstreamHost::Literal(name) => Some(name.as_bytes().to_vec()),
+            };
+            if self.client.is_none() && !forward.request_headers.is_empty() {
+                self.client = Some(policy::client_ip(&state, head, peer_or_loopback));
+            }
+        }
+        let route = self.route();
+        let edits = route
+            .filter(|r| !r.forward.request_headers.is_empty())
+            .zip(self.request_id.as_ref())
+            .map(|(route, request_id)| {
+                let values = Values {
+                    client_ip: self.client.unwrap_or(peer_or_loopback).to_string(),
+                    request_id,
+                    route: &route.name,
+                    user: self.user.as_deref(),
+                };
+                (&route.forward.request_headers, values)
+            });
+        let server = &self.state.config.server;
         UpstreamRewrite {
-            target: self.upstream_target.take(),
-            host: self.upstream_host.take(),
+            target,
+            host,
             remove: self.state.identity.trusted_header().filter(|_| !trusted),
             forwarded_for: peer,
+            request_id: self
+                .request_id
+                .as_ref()
+                .map(|id| (&server.request_id_header, id)),
+            edits,
         }
+    }
+
+    /// The response edits of the route, with this request's values; `None`
+    /// when the route edits nothing.
+    pub fn response_edits(&self) -> Option<(&HeaderEdits, Values<'_>)> {
+        let route = self
+            .route()
+            .filter(|r| !r.forward.response_headers.is_empty())?;
+        let values = Values {
+            client_ip: self.client.unwrap_or(LOOPBACK).to_string(),
+            request_id: self.request_id.as_ref()?,
+            route: &route.name,
+            user: self.user.as_deref(),
+        };
+        Some((&route.forward.response_headers, values))
     }
 
     /// The canonical path of `req`, this context's request.
@@ -143,6 +260,7 @@ impl RequestCtx {
                 .map(|(i, r)| r.limits[i].config.name.as_str()),
             source: verdict.map(|v| v.source.label()),
             client,
+            request_id: ctx.request_id.as_ref().and_then(|id| id.to_str().ok()),
         }
     }
 }

@@ -83,6 +83,12 @@ pub enum Rejection<'a> {
         /// The route's name, if one matched.
         route: Option<&'a str>,
     },
+    /// The request body is larger than the route takes
+    /// (`max_body_bytes`): 413.
+    PayloadTooLarge {
+        /// The route's name.
+        route: Option<&'a str>,
+    },
     /// Something in the gateway itself failed: 500.
     Internal,
 }
@@ -180,6 +186,14 @@ impl Rejection<'_> {
                     ..ErrorBody::only("gateway_timeout")
                 },
             ),
+            Rejection::PayloadTooLarge { route } => (
+                413,
+                Vec::new(),
+                ErrorBody {
+                    route: *route,
+                    ..ErrorBody::only("payload_too_large")
+                },
+            ),
             Rejection::Internal => (500, Vec::new(), ErrorBody::only("internal_error")),
         };
         // Serialising plain strings and numbers cannot fail.
@@ -233,6 +247,9 @@ impl Rejection<'_> {
             Rejection::GatewayTimeout { route } => {
                 let route = route.unwrap_or("-");
                 (4, format!("upstream timed out: route {route}"), Vec::new())
+            }
+            Rejection::PayloadTooLarge { .. } => {
+                (8, "request body too large".to_string(), Vec::new())
             }
             Rejection::Internal => (13, "internal error".to_string(), Vec::new()),
         };
@@ -317,6 +334,18 @@ pub fn route(
         upstream_target: canonical.upstream_target,
         upstream_host: canonical.upstream_host,
     })
+}
+
+/// Whether `head` declares (`Content-Length`) a body longer than `cap`
+/// (0: no cap). A chunked body is counted as it arrives instead.
+pub fn declared_body_over(head: &RequestHeader, cap: u64) -> bool {
+    cap > 0
+        && head
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|length| length > cap)
 }
 
 /// The limiter's decision on a request, as the access log reports it.
@@ -475,6 +504,8 @@ pub struct LimitReport {
     pub verdict: Option<Verdict>,
     /// The client IP, when the limits needed it.
     pub client: Option<IpAddr>,
+    /// The established identity, when the route's header edits name it.
+    pub user: Option<Vec<u8>>,
 }
 
 /// What to do with a routed request.
@@ -502,7 +533,8 @@ pub async fn judge<'a>(
     view: &RequestView<'_>,
 ) -> Judgement<'a> {
     let mut report = LimitReport::default();
-    let needs_user = state.identity.required() || !route.limits.is_empty();
+    let forwards_user = route.forward.uses_user();
+    let needs_user = state.identity.required() || !route.limits.is_empty() || forwards_user;
     let (user, claims) = match needs_user.then(|| request_user(state, view)) {
         None => (None, None),
         Some(Ok(established)) => established,
@@ -513,6 +545,9 @@ pub async fn judge<'a>(
             }
         }
     };
+    if forwards_user {
+        report.user = user.as_deref().map(<[u8]>::to_vec);
+    }
     if route.limits.is_empty() {
         return Judgement {
             report,

@@ -64,6 +64,7 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let state = Arc::clone(&ctx.state);
+        ctx.arrived(session.req_header(), respond::peer_ip(session));
         let front_door = &state.config.server.front_door;
         // Between two reads of the body (the head is the front door's).
         session.set_read_timeout(Some(front_door.client_body_timeout));
@@ -75,12 +76,18 @@ impl ProxyHttp for Gateway {
                     ctx.path =
                         Some(String::from_utf8_lossy(session.req_header().raw_path()).into());
                 }
-                let server = state.config.server.server_header.as_deref();
-                return respond::reject(session, &rejection, server).await;
+                return respond::reject(session, &rejection, &ctx.voice()).await;
             }
         };
         let route = &state.compiled[routed.route];
         ctx.routed(routed);
+        if policy::declared_body_over(session.req_header(), route.max_body_bytes) {
+            ctx.body_too_large = true;
+            let rejection = Rejection::PayloadTooLarge {
+                route: Some(&route.name),
+            };
+            return respond::reject(session, &rejection, &ctx.voice()).await;
+        }
         let view = RequestView {
             head: session.req_header(),
             peer: respond::peer_ip(session),
@@ -89,10 +96,7 @@ impl ProxyHttp for Gateway {
         let judgement = policy::judge(&state, route, &view).await;
         ctx.judged(judgement.report);
         match judgement.step {
-            Step::Reject(rejection) => {
-                let server = state.config.server.server_header.as_deref();
-                respond::reject(session, &rejection, server).await
-            }
+            Step::Reject(rejection) => respond::reject(session, &rejection, &ctx.voice()).await,
             Step::Proceed(mut leases) => {
                 if let Some(held) = leases.as_mut() {
                     let waiting = &self.metrics.waiting;
@@ -108,8 +112,8 @@ impl ProxyHttp for Gateway {
                     return Ok(false);
                 };
                 let headers = policy::rate_headers(&state, Some(route), &ctx.rate);
-                let server = state.config.server.server_header.as_deref();
-                respond::respond(session, policy::fixed_reply(*status, body, headers), server).await
+                let reply = policy::fixed_reply(*status, body, headers);
+                respond::respond(session, reply, &ctx.voice()).await
             }
         }
     }
@@ -122,10 +126,11 @@ impl ProxyHttp for Gateway {
         let upstream = ctx
             .upstream()
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream"))?;
-        let peer = upstream.select()?;
+        let (peer, name) = upstream.select()?;
         if ctx.state.config.server.access_log {
             ctx.upstream_addr = Some(peer.address().to_string());
         }
+        ctx.server_name = name;
         Ok(Box::new(peer))
     }
 
@@ -139,7 +144,7 @@ impl ProxyHttp for Gateway {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        let rewrite = ctx.upstream_rewrite(peer);
+        let rewrite = ctx.upstream_rewrite(session.req_header(), peer);
         rewrite.apply(upstream_request)
     }
 
@@ -151,6 +156,12 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         for (name, value) in policy::rate_headers(&ctx.state, ctx.route(), &ctx.rate) {
             upstream_response.insert_header(name, value)?;
+        }
+        if let Some((name, id)) = ctx.voice().request_id {
+            upstream_response.insert_header(name.clone(), id.clone())?;
+        }
+        if let Some((edits, values)) = ctx.response_edits() {
+            crate::forward::edit(upstream_response, edits, &values)?;
         }
         // Deferred limits count now that the response head is known.
         if let Some(held) = ctx.leases.as_mut() {
@@ -168,34 +179,26 @@ impl ProxyHttp for Gateway {
     /// An upstream or gateway failure answered in sluice's voice: a JSON
     /// body naming the route, 502 when the upstream cannot be reached or
     /// breaks the exchange, 504 when it does not connect or answer in time,
-    /// 400 for a request the client broke, nothing for a client already
-    /// gone; never Pingora's empty body and `Server: Pingora`.
+    /// 413 for a body over the cap, 400 for a request the client broke,
+    /// nothing for a client already gone; never Pingora's empty body and
+    /// `Server: Pingora`.
     async fn fail_to_proxy(
         &self,
         session: &mut Session,
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let route = ctx.route().map(|r| r.name.as_str());
-        let rejection = respond::rejection_for(e, route);
-        let Some(rejection) = rejection else {
-            return FailToProxy {
-                error_code: 0,
-                can_reuse_downstream: false,
-            };
-        };
-        let code = rejection.reply().status;
-        // Once a response head is on its way, nothing more can be said.
-        if session.response_written().is_none() {
-            let server = ctx.state.config.server.server_header.as_deref();
-            if let Err(e) = respond::reject(session, &rejection, server).await {
-                log::debug!("could not send the {code} to the client: {e}");
-            }
-        }
-        FailToProxy {
-            error_code: code,
-            can_reuse_downstream: false,
-        }
+        respond::fail_to_proxy(session, e, ctx).await
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        ctx.body_received(body.as_ref().map_or(0, |b| b.len()))
     }
 
     async fn logging(
@@ -204,14 +207,7 @@ impl ProxyHttp for Gateway {
         error: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
-        if error.is_some_and(|e| {
-            e.etype == ErrorType::ReadTimedout && e.esource == pingora::ErrorSource::Downstream
-        }) {
-            self.metrics
-                .downstream_rejected
-                .with_label_values(&["body_timeout"])
-                .inc();
-        }
+        respond::count_downstream_rejection(&self.metrics, error, ctx);
         if let Some(stream) = session.stream().and_then(GuardedStream::of) {
             stream.request_done();
         }

@@ -3,10 +3,12 @@
 //! `X-Forwarded-For` chain. Pure functions of the head (no session, no I/O),
 //! so each is unit-tested here.
 
+use crate::config::forward::HeaderEdits;
 use crate::config::EscapedSlashes;
+use crate::forward::{edit, Values};
 use crate::identity::HeaderValues;
 use crate::target::{canonical_host, canonical_target, TargetError};
-use http::header;
+use http::{header, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -143,6 +145,11 @@ pub struct UpstreamRewrite<'a> {
     pub remove: Option<&'a str>,
     /// The socket peer to append to `X-Forwarded-For`.
     pub forwarded_for: Option<IpAddr>,
+    /// The request ID header and the request's ID, replacing any sent.
+    pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
+    /// The route's request header edits, with the request's values (last:
+    /// what the operator configured wins).
+    pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
 }
 
 impl UpstreamRewrite<'_> {
@@ -160,6 +167,12 @@ impl UpstreamRewrite<'_> {
         if let Some(peer) = self.forwarded_for {
             let value = forwarded_for(req, peer);
             req.insert_header("x-forwarded-for", value)?;
+        }
+        if let Some((name, id)) = self.request_id {
+            req.insert_header(name.clone(), id.clone())?;
+        }
+        if let Some((edits, values)) = &self.edits {
+            edit(req, edits, values)?;
         }
         Ok(())
     }
@@ -280,6 +293,7 @@ mod tests {
             host: Some(b"api".to_vec()),
             remove: Some("x-user"),
             forwarded_for: "10.0.0.1".parse().ok(),
+            ..Default::default()
         };
         rewrite.apply(&mut req).expect("rewrite");
         assert_eq!(req.raw_path(), b"/a/b?x");

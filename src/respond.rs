@@ -2,12 +2,14 @@
 //! gRPC's trailers-only form for a gRPC call), fixed replies, the answer to
 //! an upstream failure, and the wait of a delayed request.
 
+use crate::context::RequestCtx;
+use crate::metrics::Metrics;
 use crate::policy::{self, HeldLeases, Rejection, Reply};
 use crate::state::{CompiledRoute, GatewayState};
-use http::header;
+use http::{header, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::prelude::Result;
-use pingora::proxy::Session;
+use pingora::proxy::{FailToProxy, Session};
 use pingora::{Error, ErrorSource, ErrorType};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -57,26 +59,39 @@ pub async fn take_turn(
     stayed
 }
 
+/// What every answer sluice writes for a request carries besides its own
+/// headers: the configured `Server` header and the request's ID.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Voice<'a> {
+    /// `server.server_header`, if set.
+    pub server: Option<&'a str>,
+    /// The request ID header and the request's ID.
+    pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
+}
+
 /// Writes a rejection: in gRPC's form for a gRPC call, else as JSON.
 pub async fn reject(
     session: &mut Session,
     rejection: &Rejection<'_>,
-    server: Option<&str>,
+    voice: &Voice<'_>,
 ) -> Result<bool> {
     if policy::is_grpc(session.req_header()) {
-        respond(session, rejection.grpc_reply(), server).await
+        respond(session, rejection.grpc_reply(), voice).await
     } else {
-        respond(session, rejection.reply(), server).await
+        respond(session, rejection.reply(), voice).await
     }
 }
 
-/// Writes a reply the gateway makes itself, and ends the request.
-/// `server`: the configured `Server` header, if any. A gRPC reply (no body)
-/// is trailers-only: one header block that ends the stream.
-pub async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) -> Result<bool> {
-    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 3))?;
-    if let Some(server) = server {
+/// Writes a reply the gateway makes itself, and ends the request, with
+/// `voice`'s headers. A gRPC reply (no body) is trailers-only: one header
+/// block that ends the stream.
+pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> Result<bool> {
+    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 4))?;
+    if let Some(server) = voice.server {
         response.insert_header(header::SERVER, server)?;
+    }
+    if let Some((name, id)) = voice.request_id {
+        response.insert_header(name.clone(), id.clone())?;
     }
     response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
     let trailers_only = reply.content_type == "application/grpc";
@@ -110,6 +125,48 @@ pub async fn respond(session: &mut Session, reply: Reply, server: Option<&str>) 
     Ok(true)
 }
 
+/// Answers an upstream or gateway failure `e` in sluice's voice (see
+/// [`rejection_for`]), unless a response head is already on its way; the
+/// status to log (0: the client is gone), and the connection is never
+/// reused.
+pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -> FailToProxy {
+    let route = ctx.route().map(|r| r.name.as_str());
+    let Some(rejection) = rejection_for(e, route) else {
+        return FailToProxy {
+            error_code: 0,
+            can_reuse_downstream: false,
+        };
+    };
+    let code = rejection.reply().status;
+    // Once a response head is on its way, nothing more can be said.
+    if session.response_written().is_none() {
+        if let Err(e) = reject(session, &rejection, &ctx.voice()).await {
+            log::debug!("could not send the {code} to the client: {e}");
+        }
+    }
+    FailToProxy {
+        error_code: code,
+        can_reuse_downstream: false,
+    }
+}
+
+/// Counts what the client's side did wrong in `e` (a body that stalled)
+/// or what sluice refused it for (a body over the cap).
+pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, ctx: &RequestCtx) {
+    let stalled = e.is_some_and(|e| {
+        e.etype == ErrorType::ReadTimedout && e.esource == ErrorSource::Downstream
+    });
+    let reason = match (stalled, ctx.body_too_large) {
+        (true, _) => "body_timeout",
+        (false, true) => "body_too_large",
+        (false, false) => return,
+    };
+    metrics
+        .downstream_rejected
+        .with_label_values(&[reason])
+        .inc();
+}
+
 /// The socket peer's IP (loopback if the connection is not over IP).
 pub fn peer_ip(session: &Session) -> IpAddr {
     session
@@ -127,6 +184,7 @@ pub fn rejection_for<'r>(e: &Error, route: Option<&'r str>) -> Option<Rejection<
     match (e.etype(), e.esource()) {
         (ErrorType::HTTPStatus(504), _) => Some(Rejection::GatewayTimeout { route }),
         (ErrorType::HTTPStatus(400), _) => Some(Rejection::BadRequest),
+        (ErrorType::HTTPStatus(413), _) => Some(Rejection::PayloadTooLarge { route }),
         (ErrorType::HTTPStatus(code), _) if (500..600).contains(code) => {
             Some(Rejection::BadGateway { route })
         }

@@ -166,6 +166,8 @@ mod tests {
             },
             limits: vec![],
             exempt: Default::default(),
+            max_body_bytes: 0,
+            forward: Default::default(),
         }
     }
 

@@ -48,6 +48,10 @@ pub struct CompiledRoute {
     pub limits: Vec<CompiledLimit>,
     /// Requests none of its limits count.
     pub exempt: crate::config::ExemptConfig,
+    /// What it changes on the way upstream and back.
+    pub forward: crate::config::forward::ForwardConfig,
+    /// Its request body cap; 0: none.
+    pub max_body_bytes: u64,
     /// Its path template, whose parameters key parts may name.
     pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
@@ -141,6 +145,8 @@ impl GatewayState {
                     })
                     .collect(),
                 exempt: route.exempt.clone(),
+                forward: route.forward.clone(),
+                max_body_bytes: route.max_body_bytes,
                 template: match &route.path {
                     crate::config::PathMatch::Template(t) => Some(t.clone()),
                     _ => None,

@@ -1,13 +1,18 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
-use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
+use crate::config::{ResolvedServer, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use crate::sync::Locked;
+use arc_swap::ArcSwap;
+use http::HeaderValue;
+use pingora::lb::discovery::ServiceDiscovery;
 use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
+use pingora::lb::{Backend, Backends};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
 use pingora::protocols::ALPN;
 use pingora::upstreams::peer::PeerOptions;
 use pingora::utils::tls::{parse_x509, WrappedX509};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,6 +49,59 @@ fn pool_key(config: &UpstreamConfig) -> u64 {
     hasher.finish()
 }
 
+/// A server's name as written in `servers` (`host:port`), carried in its
+/// backend's extensions: the `Host` of `upstream_host: upstream`.
+#[derive(Debug, Clone)]
+pub struct WrittenAddr(pub HeaderValue);
+
+/// The backends of `servers`: each with its entry's weight and its name as
+/// written.
+fn backends(config: &UpstreamConfig, servers: &[ResolvedServer]) -> BTreeSet<Backend> {
+    servers
+        .iter()
+        .filter_map(|server| {
+            let spec = config.addresses.get(server.spec)?;
+            let mut backend = Backend {
+                addr: pingora::protocols::l4::socket::SocketAddr::Inet(server.addr),
+                weight: spec.weight,
+                ext: http::Extensions::new(),
+            };
+            if let Ok(name) = HeaderValue::from_str(&spec.addr) {
+                backend.ext.insert(WrittenAddr(name));
+            }
+            Some(backend)
+        })
+        .collect()
+}
+
+/// Service discovery over addresses resolved off the serving threads (at
+/// load, and by each DNS refresh, which stores new ones here).
+struct Discovered(Arc<ArcSwap<BTreeSet<Backend>>>);
+
+#[async_trait::async_trait]
+impl ServiceDiscovery for Discovered {
+    async fn discover(&self) -> pingora::Result<(BTreeSet<Backend>, HashMap<u64, bool>)> {
+        Ok((BTreeSet::clone(&self.0.load()), HashMap::new()))
+    }
+}
+
+/// Runs `balancer`'s discovery now: [`Discovered`] never waits, so its
+/// update is ready on the first poll.
+fn update_now<S>(balancer: &LoadBalancer<S>) -> std::io::Result<()>
+where
+    S: pingora::lb::selection::BackendSelection + 'static,
+    S::Iter: pingora::lb::selection::BackendIter,
+{
+    use std::future::Future;
+    let mut update = std::pin::pin!(balancer.update());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match update.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Ok(())) => Ok(()),
+        std::task::Poll::Ready(Err(e)) => Err(std::io::Error::other(e.to_string())),
+        std::task::Poll::Pending => Err(std::io::Error::other("discovery did not finish at once")),
+    }
+}
+
 /// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
 fn trusted_cas(config: &UpstreamConfig) -> Option<Arc<CaType>> {
     let ders = config.tls.as_ref()?.ca_der.as_ref()?;
@@ -65,8 +123,10 @@ impl Upstream {
     /// Builds the pool for `config`. Addresses were resolved at config load,
     /// so this performs no DNS lookup.
     pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
-        let mut balancer =
-            LoadBalancer::<RoundRobin>::try_from_iter(config.servers.iter().copied())?;
+        let discovered = Arc::new(ArcSwap::from_pointee(backends(config, &config.servers)));
+        let discovery = Box::new(Discovered(Arc::clone(&discovered)));
+        let mut balancer = LoadBalancer::<RoundRobin>::from_backends(Backends::new(discovery));
+        update_now(&balancer)?;
         let ca = trusted_cas(config);
         if let Some(interval) = config.health_check {
             // An HTTPS upstream's check is a TLS handshake, verified alike.
@@ -106,9 +166,11 @@ impl Upstream {
     }
 
     /// A peer for the next server in turn (round robin over the healthy
-    /// ones), with this pool's timeouts; `None` when no server is healthy.
-    pub fn peer(&self) -> Option<HttpPeer> {
+    /// ones), with this pool's timeouts, and the server's name as written;
+    /// `None` when no server is healthy.
+    pub fn peer(&self) -> Option<(HttpPeer, Option<HeaderValue>)> {
         let backend = self.balancer.select(b"", 256)?;
+        let name = backend.ext.get::<WrittenAddr>().map(|w| w.0.clone());
         let mut peer = match &self.config.tls {
             Some(tls) => {
                 let mut peer = HttpPeer::new(backend, true, tls.sni.clone());
@@ -124,12 +186,12 @@ impl Upstream {
         }
         peer.options.connection_timeout = Some(self.connect_timeout());
         peer.options.read_timeout = Some(self.read_timeout());
-        Some(peer)
+        Some((peer, name))
     }
 
     /// [`Upstream::peer`], or the error answered as a 502 when no server
     /// is healthy.
-    pub fn select(&self) -> pingora::Result<HttpPeer> {
+    pub fn select(&self) -> pingora::Result<(HttpPeer, Option<HeaderValue>)> {
         self.peer().ok_or_else(|| {
             let why = format!("no healthy server in upstream `{}`", self.name());
             pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)

@@ -58,6 +58,14 @@ fn bad_configs_name_file_line_column_and_reason() {
         ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [cookie], limit: 1, window: 1s}\n", 5, "write a cookie key part as {cookie: NAME}"),
         ("routes:\n  - name: x\n    respond: {}\n    limits:\n      - {name: l, key: [{param: id}], limit: 1, window: 1s}\n", 5, "`{param: id}` needs a templated route path"),
         ("routes:\n  - name: x\n    match: {path: \"/u/{id}\"}\n    respond: {}\n    limits:\n      - {name: l, key: [{param: user}], limit: 1, window: 1s}\n", 6, "the route's path `/u/{id}` defines no parameter `user`"),
+        ("routes:\n  - name: a\n    respond: {}\n    rewrite: {strip_prefix: true}\n", 4, "`rewrite.strip_prefix` replaces the matched prefix: the route needs `match.path_prefix`"),
+        ("routes:\n  - name: a\n    match: {path_prefix: /a/}\n    respond: {}\n    rewrite: {strip_prefix: true, prefix: /b/}\n", 5, "`rewrite` takes exactly one of strip_prefix, prefix or path"),
+        ("routes:\n  - name: a\n    match: {path: \"/u/{id}\"}\n    respond: {}\n    rewrite:\n      path: \"/x/{user}\"\n", 6, "`rewrite.path` names `{user}`, which the route's path `/u/{id}` does not define"),
+        ("routes:\n  - name: a\n    respond: {}\n    request_headers:\n      set:\n        x-a: \"{host}\"\n", 6, "`{host}` is not a variable"),
+        ("routes:\n  - name: a\n    respond: {}\n    request_headers:\n      remove: [x-ok, Host]\n", 5, "`Host` cannot be set or removed here"),
+        ("routes:\n  - name: a\n    respond: {}\n    response_headers:\n      add: {x-request-id: a}\n", 5, "sluice sets the request ID header itself"),
+        ("routes:\n  - name: a\n    respond: {}\n    upstream_host: \"bad host\"\n", 4, "`upstream_host` is preserve, upstream or a host name"),
+        ("upstreams:\n  api:\n    servers:\n      - {addr: \"127.0.0.1:1\", weight: 0}\n", 4, "`weight` must be between 1 and 1000"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: month, window: 30d}}\n"), 5, "a calendar quota has no `window`"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: day, algorithm: sliding_log}}\n"), 5, "`algorithm: sliding_log` cannot apply"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, window: 1d, timezone: Europe/Paris}}\n"), 5, "`timezone` applies to calendar quotas only"),
@@ -134,6 +142,21 @@ fn shipped_config_is_valid() {
     );
     assert!(stdout.starts_with("conf/sluice.yaml: OK"), "{stdout}");
     assert!(stdout.contains("route demo"), "{stdout}");
+}
+
+/// The example of sluice in front of an existing API is valid as shipped.
+#[test]
+fn the_existing_api_example_is_valid() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/examples/existing-api.yaml"
+    );
+    let out = check(Path::new(example));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The limits the shipped config shows as comments are valid as written:

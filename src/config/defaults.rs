@@ -27,6 +27,10 @@ impl Default for ServerConfig {
             tls: Vec::new(),
             h2c: false,
             front_door: FrontDoorConfig::default(),
+            // nginx's client_max_body_size.
+            max_body_bytes: 1024 * 1024,
+            watch_config: false,
+            request_id_header: http::HeaderName::from_static("x-request-id"),
         }
     }
 }

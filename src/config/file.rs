@@ -71,6 +71,12 @@ pub struct ServerFile {
     pub tls: Option<Vec<TlsListenerFile>>,
     /// HTTP/2 with prior knowledge (h2c) on the plain listeners.
     pub h2c: Option<bool>,
+    /// The request body cap; 0: none.
+    pub max_body_bytes: Option<u64>,
+    /// Reload when the file changes.
+    pub watch_config: Option<bool>,
+    /// The header carrying the request ID.
+    pub request_id_header: Option<String>,
 }
 
 /// One entry of `server.tls`.
@@ -203,13 +209,59 @@ pub struct ResponseFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
-    pub servers: Vec<String>,
+    pub servers: Vec<UpstreamServerFile>,
     pub balance: Option<BalanceFile>,
     pub health_check: Option<HealthCheckFile>,
     pub connect_timeout: Option<String>,
     pub read_timeout: Option<String>,
     pub tls: Option<UpstreamTlsFile>,
     pub protocol: Option<UpstreamProtocol>,
+}
+
+/// One entry of `upstreams.*.servers`: `"host:port"` or
+/// `{addr: "host:port", weight: N}`.
+#[derive(Debug, Clone)]
+pub struct UpstreamServerFile {
+    pub addr: String,
+    pub weight: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for UpstreamServerFile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Weighted {
+            addr: String,
+            weight: Option<u64>,
+        }
+        struct ServerVisitor;
+        impl<'de> serde::de::Visitor<'de> for ServerVisitor {
+            type Value = UpstreamServerFile;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"host:port\" or {addr: \"host:port\", weight: N}")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<UpstreamServerFile, E> {
+                Ok(UpstreamServerFile {
+                    addr: v.to_string(),
+                    weight: None,
+                })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<UpstreamServerFile, A::Error> {
+                let w = Weighted::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(UpstreamServerFile {
+                    addr: w.addr,
+                    weight: w.weight,
+                })
+            }
+        }
+        deserializer.deserialize_any(ServerVisitor)
+    }
 }
 
 /// `upstreams.*.tls`.
@@ -252,6 +304,66 @@ pub struct RouteFile {
     #[serde(default)]
     pub limits: Vec<LimitFile>,
     pub exempt: Option<ExemptFile>,
+    /// The request body cap of this route (overrides the server's).
+    pub max_body_bytes: Option<u64>,
+    pub rewrite: Option<RewriteFile>,
+    /// `preserve`, `upstream`, or a literal name.
+    pub upstream_host: Option<String>,
+    pub request_headers: Option<HeaderEditsFile>,
+    pub response_headers: Option<HeaderEditsFile>,
+    pub timeouts: Option<RouteTimeoutsFile>,
+    pub retries: Option<RetriesFile>,
+    pub cors: Option<CorsFile>,
+}
+
+/// `routes[].rewrite`: exactly one of its keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteFile {
+    pub strip_prefix: Option<bool>,
+    pub prefix: Option<String>,
+    pub path: Option<String>,
+}
+
+/// `routes[].request_headers` and `routes[].response_headers`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderEditsFile {
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub add: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// `routes[].timeouts`: the upstream's timeouts, for this route.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTimeoutsFile {
+    pub connect: Option<String>,
+    pub read: Option<String>,
+}
+
+/// `routes[].retries`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetriesFile {
+    pub attempts: Option<u32>,
+    pub on: Option<Vec<Value>>,
+}
+
+/// `routes[].cors`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsFile {
+    #[serde(default)]
+    pub origins: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub headers: Option<Vec<String>>,
+    pub expose: Option<Vec<String>>,
+    pub max_age: Option<String>,
+    pub credentials: Option<bool>,
 }
 
 /// `routes[].match`.

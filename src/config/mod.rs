@@ -13,6 +13,7 @@ pub mod diff;
 pub mod duration;
 pub mod env;
 pub mod file;
+pub mod forward;
 mod jwt;
 pub mod position;
 pub mod problem;
@@ -90,6 +91,14 @@ pub struct ServerConfig {
     pub tls: Vec<tls::TlsListenerConfig>,
     /// HTTP/2 with prior knowledge (h2c) on the plain listeners too.
     pub h2c: bool,
+    /// The largest request body a route takes unless it sets its own
+    /// (`max_body_bytes`); 0: no cap.
+    pub max_body_bytes: u64,
+    /// Reload when the config file changes, as on SIGHUP.
+    pub watch_config: bool,
+    /// The header carrying a request's ID (lower case): believed from a
+    /// trusted proxy, generated otherwise; sent upstream and returned.
+    pub request_id_header: http::HeaderName,
 }
 
 /// How much of the gateway one client connection may hold, and how the
@@ -309,10 +318,10 @@ pub struct ResponseConfig {
 pub struct UpstreamConfig {
     /// Its name in the file.
     pub name: String,
-    /// Its servers as written (`host:port`).
-    pub addresses: Vec<String>,
+    /// Its servers as written (`host:port`), with their weights.
+    pub addresses: Vec<ServerSpec>,
     /// The addresses they resolved to when the file was loaded (non-empty).
-    pub servers: Vec<SocketAddr>,
+    pub servers: Vec<ResolvedServer>,
     /// TCP health-check interval; `None` disables health checks.
     pub health_check: Option<Duration>,
     /// Connect timeout to a server.
@@ -323,6 +332,24 @@ pub struct UpstreamConfig {
     pub tls: Option<UpstreamTls>,
     /// The HTTP version spoken to the servers.
     pub protocol: UpstreamProtocol,
+}
+
+/// One entry of `upstreams.*.servers`, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerSpec {
+    /// `host:port`, a name or an IP address.
+    pub addr: String,
+    /// Its share of the requests relative to the others (≥ 1).
+    pub weight: usize,
+}
+
+/// One address a server resolved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResolvedServer {
+    /// The address.
+    pub addr: SocketAddr,
+    /// Which entry of `addresses` it is for.
+    pub spec: usize,
 }
 
 /// `upstreams.*.protocol`: how sluice speaks to an upstream's servers.
@@ -392,6 +419,10 @@ pub struct RouteConfig {
     pub limits: Vec<LimitConfig>,
     /// `exempt:`: requests none of this route's limits count.
     pub exempt: ExemptConfig,
+    /// The request body cap (the route's, else the server's); 0: none.
+    pub max_body_bytes: u64,
+    /// What changes on the way upstream and back.
+    pub forward: forward::ForwardConfig,
 }
 
 /// Which requests a limit does not count (`exempt:` at the top level, on a

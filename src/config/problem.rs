@@ -481,6 +481,41 @@ pub enum ProblemKind {
         /// Why.
         error: String,
     },
+
+    // ---- What goes upstream and back -------------------------------------
+    /// A header sluice sets itself or whose meaning the exchange depends on.
+    #[error("`{name}` cannot be set or removed here: {why}")]
+    ReservedHeader {
+        /// The header as written.
+        name: String,
+        /// Why, and what to use instead.
+        why: &'static str,
+    },
+    /// A header value template that cannot be a value.
+    #[error("the value of `{name}`: {error}")]
+    BadHeaderValue {
+        /// The header.
+        name: String,
+        /// Why.
+        error: super::forward::HeaderTemplateError,
+    },
+    /// `rewrite` with none or several of its keys.
+    #[error("`rewrite` takes exactly one of strip_prefix, prefix or path")]
+    RewriteOne,
+    /// `rewrite.strip_prefix` or `rewrite.prefix` without a prefix match.
+    #[error("`rewrite.{0}` replaces the matched prefix: the route needs `match.path_prefix`")]
+    RewriteNeedsPrefix(&'static str),
+    /// `rewrite.path` naming a parameter the route's match does not define.
+    #[error("`rewrite.path` names `{{{name}}}`, which {}", template.as_deref().map_or("needs a templated `match.path` (like /users/{id})".to_string(), |t| format!("the route's path `{t}` does not define")))]
+    RewriteParam {
+        /// The parameter.
+        name: String,
+        /// The route's template, if it has one.
+        template: Option<String>,
+    },
+    /// `upstream_host` that is not a host name.
+    #[error("`upstream_host` is preserve, upstream or a host name (host[:port]), not `{0}`")]
+    BadUpstreamHost(String),
 }
 
 /// How a key sluice does not implement yet is refused.

@@ -6,7 +6,7 @@
 use super::checker::Checker;
 use super::position::PositionIndex;
 use super::problem::{KeyPath, ProblemKind};
-use super::{Config, Problem};
+use super::{Config, Problem, ResolvedServer};
 use std::net::ToSocketAddrs;
 
 /// Fills every upstream's `servers` with the addresses its `addresses`
@@ -22,11 +22,12 @@ pub(super) fn resolve(
             .key(&upstream.name)
             .key("servers");
         let mut servers = Vec::new();
-        for (i, server) in upstream.addresses.iter().enumerate() {
+        for (i, spec) in upstream.addresses.iter().enumerate() {
+            let server = &spec.addr;
             match server.to_socket_addrs() {
                 Ok(addrs) => {
                     let before = servers.len();
-                    servers.extend(addrs);
+                    servers.extend(addrs.map(|addr| ResolvedServer { addr, spec: i }));
                     if servers.len() == before {
                         let kind = ProblemKind::ResolvesToNothing(server.clone());
                         c.problem(&path.index(i), kind);

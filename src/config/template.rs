@@ -100,6 +100,27 @@ impl PathTemplate {
         })
     }
 
+    /// Its segments after the leading `/`, in order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// This template with each parameter replaced by the same-named
+    /// parameter of `source` captured from `path` (a rewrite's target);
+    /// `None` when `path` does not match `source` or a parameter is
+    /// missing from it.
+    pub fn fill(&self, source: &PathTemplate, path: &str) -> Option<String> {
+        let mut filled = String::with_capacity(path.len() + self.source.len());
+        for segment in &self.segments {
+            filled.push('/');
+            match segment {
+                Segment::Literal(text) => filled.push_str(text),
+                Segment::Param(name) => filled.push_str(source.param(path, name)?),
+            }
+        }
+        Some(filled)
+    }
+
     /// Whether the template defines the parameter `name`.
     pub fn has_param(&self, name: &str) -> bool {
         self.params().any(|p| p == name)
@@ -173,6 +194,19 @@ mod tests {
         }
         assert_eq!(t.fixed_segments().collect::<Vec<_>>(), ["users"]);
         assert_eq!(t.params().collect::<Vec<_>>(), ["id", "order"]);
+    }
+
+    #[test]
+    fn a_rewrite_template_is_filled_from_the_match() {
+        let source = PathTemplate::parse("/api/users/{id}/orders/{order}").unwrap();
+        let target = PathTemplate::parse("/internal/{order}/of/{id}").unwrap();
+        assert_eq!(
+            target.fill(&source, "/api/users/7/orders/9").as_deref(),
+            Some("/internal/9/of/7")
+        );
+        assert_eq!(target.fill(&source, "/api/users/7"), None);
+        let unknown = PathTemplate::parse("/x/{nope}").unwrap();
+        assert_eq!(unknown.fill(&source, "/api/users/7/orders/9"), None);
     }
 
     #[test]

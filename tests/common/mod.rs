@@ -305,6 +305,7 @@ fn serve_upstream_connection(
         }
         let mut headers = Vec::new();
         let mut content_length = 0usize;
+        let mut chunked = false;
         loop {
             let mut line = String::new();
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -320,11 +321,17 @@ fn serve_upstream_connection(
                 if name == "content-length" {
                     content_length = value.parse().unwrap_or(0);
                 }
+                if name == "transfer-encoding" && value.contains("chunked") {
+                    chunked = true;
+                }
                 headers.push((name, value));
             }
         }
         let mut body = vec![0; content_length];
         if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if chunked && read_chunked_body(&mut reader).is_none() {
             return;
         }
         *last.lock().unwrap() = headers;
@@ -381,11 +388,34 @@ fn serve_upstream_connection(
             .and_then(|(_, query)| query.split('&').find_map(|kv| kv.strip_prefix("tokens=")))
             .map(|n| format!("X-Usage-Tokens: {n}\r\n"))
             .unwrap_or_default();
+        let me = writer
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         let response = format!(
-            "HTTP/1.1 {status} Status\r\nContent-Type: text/plain\r\n{tokens}Content-Length: 11\r\n\r\nupstream ok"
+            "HTTP/1.1 {status} Status\r\nContent-Type: text/plain\r\nX-Powered-By: test-upstream\r\nX-Served-By: {me}\r\n{tokens}Content-Length: 11\r\n\r\nupstream ok"
         );
         if writer.write_all(response.as_bytes()).is_err() {
             return;
+        }
+    }
+}
+
+/// Reads a chunked request body to its last chunk; `None` if the
+/// connection ends first.
+fn read_chunked_body(reader: &mut BufReader<TcpStream>) -> Option<usize> {
+    let mut total = 0;
+    loop {
+        let mut size = String::new();
+        if reader.read_line(&mut size).ok()? == 0 {
+            return None;
+        }
+        let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk).ok()?;
+        total += size;
+        if size == 0 {
+            return Some(total);
         }
     }
 }
@@ -416,10 +446,16 @@ impl Response {
     }
 }
 
-/// Sends `method path` with `headers` on a new connection (`Connection: close`).
+/// Sends `method path` with `headers` on a new connection (`Connection:
+/// close`), and `Host: addr` unless `headers` has a Host.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-    let mut raw =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
+    let own_host = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host"));
+    let host = if own_host {
+        String::new()
+    } else {
+        format!("Host: {addr}\r\n")
+    };
+    let mut raw = format!("{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n").into_bytes();
     for (name, value) in headers {
         raw.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }

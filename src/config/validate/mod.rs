@@ -5,6 +5,7 @@
 //! afterwards, outside validation (`config/resolve.rs`).
 
 mod exempt;
+mod forward;
 mod limit;
 mod limiter;
 mod route;
@@ -34,7 +35,11 @@ pub(super) fn validate(
         .iter()
         .map(|(name, u)| upstream::upstream(&mut c, name, u))
         .collect::<Vec<_>>();
-    let routes = route::routes(&mut c, &file.routes, &upstreams);
+    let context = route::RouteContext {
+        server: &server,
+        upstreams: &upstreams,
+    };
+    let routes = route::routes(&mut c, &file.routes, &context);
     if identity == IdentityConfig::None {
         warn_user_keys_without_identity(&mut c, &routes);
     }

@@ -4,7 +4,7 @@ use super::super::checker::Checker;
 use super::super::file::{MatchFile, RouteFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
-use super::super::{PathMatch, RouteAction, RouteConfig, UpstreamConfig};
+use super::super::{PathMatch, RouteAction, RouteConfig, ServerConfig, UpstreamConfig};
 use super::limit::limit;
 use super::route_path;
 use super::server::check_between;
@@ -15,11 +15,19 @@ pub(super) fn limit_path(r: usize, l: usize) -> KeyPath {
     route_path(r).key("limits").index(l)
 }
 
+/// What a route's checks need from the rest of the file.
+pub(super) struct RouteContext<'a> {
+    /// The validated `server:` (defaults a route may override).
+    pub server: &'a ServerConfig,
+    /// The validated upstreams, by name.
+    pub upstreams: &'a [UpstreamConfig],
+}
+
 /// Every route, with unique names and consistent shared counters.
 pub(super) fn routes(
     c: &mut Checker,
     files: &[RouteFile],
-    upstreams: &[UpstreamConfig],
+    context: &RouteContext,
 ) -> Vec<RouteConfig> {
     let mut routes = Vec::with_capacity(files.len());
     let mut names = HashSet::new();
@@ -32,13 +40,14 @@ pub(super) fn routes(
             };
             c.problem(&route_path(r).key("name"), kind);
         }
-        routes.push(route(c, r, f, upstreams));
+        routes.push(route(c, r, f, context));
     }
     check_shares(c, &routes);
     routes
 }
 
-fn route(c: &mut Checker, r: usize, f: &RouteFile, upstreams: &[UpstreamConfig]) -> RouteConfig {
+fn route(c: &mut Checker, r: usize, f: &RouteFile, context: &RouteContext) -> RouteConfig {
+    let (server, upstreams) = (context.server, context.upstreams);
     let path = route_path(r);
     c.name(&path.key("name"), &f.name, "route");
     let (path_match, methods, host) = matcher(c, &path.key("match"), &f.matcher);
@@ -60,7 +69,10 @@ fn route(c: &mut Checker, r: usize, f: &RouteFile, upstreams: &[UpstreamConfig])
         };
         limits.push(limit(c, &limit_path(r, l), file, template));
     }
+    let forward = super::forward::forward(c, &path, f, &path_match, &server.request_id_header);
     RouteConfig {
+        max_body_bytes: f.max_body_bytes.unwrap_or(server.max_body_bytes),
+        forward,
         name: f.name.clone(),
         path: path_match,
         methods,

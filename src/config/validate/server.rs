@@ -5,8 +5,36 @@ use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::tls::{LoadedCert, TlsListenerConfig};
 use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
+use http::HeaderName;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// `server.request_id_header`: a header name, not one whose meaning the
+/// exchange depends on.
+fn request_id_header(c: &mut Checker, s: &ServerFile, default: &HeaderName) -> HeaderName {
+    let Some(name) = &s.request_id_header else {
+        return default.clone();
+    };
+    let at = KeyPath::root("server").key("request_id_header");
+    match HeaderName::from_bytes(name.as_bytes()) {
+        Ok(header) if super::forward::reserved(&header).is_none() => header,
+        Ok(header) => {
+            let why = super::forward::reserved(&header).unwrap_or_default();
+            c.problem(
+                &at,
+                ProblemKind::ReservedHeader {
+                    name: name.clone(),
+                    why,
+                },
+            );
+            default.clone()
+        }
+        Err(_) => {
+            c.problem(&at, ProblemKind::BadHeaderName(name.clone()));
+            default.clone()
+        }
+    }
+}
 
 pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     let d = ServerConfig::default();
@@ -62,8 +90,16 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         valid
     });
     let tls = tls_listeners(c, s, &listen, &admin);
+    let request_id_header = request_id_header(c, s, &d.request_id_header);
+    if s.watch_config == Some(true) {
+        let what = "`watch_config: true`";
+        c.problem(&at("watch_config"), ProblemKind::NotSupported(what));
+    }
     ServerConfig {
         tls,
+        request_id_header,
+        max_body_bytes: s.max_body_bytes.unwrap_or(d.max_body_bytes),
+        watch_config: s.watch_config.unwrap_or(d.watch_config),
         h2c: s.h2c.unwrap_or(d.h2c),
         listen,
         admin,

@@ -3,9 +3,9 @@
 
 use super::super::checker::Checker;
 use super::super::defaults::upstream as defaults;
-use super::super::file::{BalanceFile, UpstreamFile, UpstreamTlsFile};
+use super::super::file::{BalanceFile, UpstreamFile, UpstreamServerFile, UpstreamTlsFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
+use super::super::{ServerSpec, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use std::time::Duration;
@@ -24,11 +24,27 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
         };
         c.problem(&path.key("servers"), kind);
     }
+    let mut addresses = Vec::with_capacity(f.servers.len());
     for (i, server) in f.servers.iter().enumerate() {
-        if server.contains("://") {
-            let kind = ProblemKind::ServerWithScheme(server.clone());
-            c.problem(&path.key("servers").index(i), kind);
+        let at = path.key("servers").index(i);
+        if server.addr.contains("://") {
+            let kind = ProblemKind::ServerWithScheme(server.addr.clone());
+            c.problem(&at, kind);
         }
+        let weight = server.weight.unwrap_or(1);
+        if weight == 0 || weight > 1000 {
+            let key = "weight".to_string();
+            let kind = ProblemKind::Between {
+                key,
+                min: 1,
+                max: 1000,
+            };
+            c.problem(&at.key("weight"), kind);
+        }
+        addresses.push(ServerSpec {
+            addr: server.addr.clone(),
+            weight: weight.clamp(1, 1000) as usize,
+        });
     }
     let health_check = f.health_check.as_ref().map(|h| {
         let at = path.key("health_check").key("interval");
@@ -57,7 +73,7 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
     let read_timeout = timeout("read_timeout", &f.read_timeout, defaults::READ_TIMEOUT);
     UpstreamConfig {
         name: name.to_string(),
-        addresses: f.servers.clone(),
+        addresses,
         servers: Vec::new(),
         health_check,
         connect_timeout,
@@ -90,10 +106,15 @@ fn protocol(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> UpstreamProtoc
 
 /// `tls:`: the name defaults to the first server's host; `ca_file` is read
 /// now, and every certificate in it must parse.
-fn tls(c: &mut Checker, at: &KeyPath, t: &UpstreamTlsFile, servers: &[String]) -> UpstreamTls {
+fn tls(
+    c: &mut Checker,
+    at: &KeyPath,
+    t: &UpstreamTlsFile,
+    servers: &[UpstreamServerFile],
+) -> UpstreamTls {
     let host = servers
         .first()
-        .and_then(|s| s.rsplit_once(':'))
+        .and_then(|s| s.addr.rsplit_once(':'))
         .map(|(host, _)| {
             host.trim_start_matches('[')
                 .trim_end_matches(']')
