@@ -2,7 +2,9 @@
 //! served with, its route, what the limits said, and what goes upstream.
 
 use crate::access_log::AccessLogLine;
+use crate::balance::hash_key;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
+use crate::config::Balance;
 use crate::config::RouteAction;
 use crate::forward::{rewritten_target, Values};
 use crate::policy;
@@ -220,6 +222,30 @@ impl RequestCtx {
             user: self.user.as_deref(),
         };
         Some((&route.forward.response_headers, values))
+    }
+
+    /// The bytes the route's upstream chooses a server by (`hash_key` of a
+    /// consistent-hash upstream; empty for the others), for `head` from
+    /// `peer`.
+    pub fn balance_key(&self, head: &RequestHeader, peer: IpAddr) -> Vec<u8> {
+        let (Some(route), Some(upstream)) = (self.route(), self.upstream()) else {
+            return Vec::new();
+        };
+        let Balance::ConsistentHash(parts) = &upstream.config.balance else {
+            return Vec::new();
+        };
+        let client = self
+            .client
+            .unwrap_or_else(|| policy::client_ip(&self.state, head, peer));
+        let view = policy::RequestView {
+            head,
+            peer,
+            path: self.path(head),
+        };
+        let user = self.user.as_deref();
+        policy::with_request_parts(&self.state, route, &view, client, user, |request| {
+            hash_key(parts, request)
+        })
     }
 
     /// The canonical path of `req`, this context's request.

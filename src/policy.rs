@@ -533,7 +533,7 @@ pub async fn judge<'a>(
     view: &RequestView<'_>,
 ) -> Judgement<'a> {
     let mut report = LimitReport::default();
-    let forwards_user = route.forward.uses_user();
+    let forwards_user = route.keeps_user;
     let needs_user = state.identity.required() || !route.limits.is_empty() || forwards_user;
     let (user, claims) = match needs_user.then(|| request_user(state, view)) {
         None => (None, None),
@@ -742,6 +742,21 @@ fn limit_keys(
     exempt: &dyn Fn(&CompiledLimit) -> bool,
     plan: &dyn Fn(&PlanSource) -> Option<String>,
 ) -> Result<Vec<Keyed>, AmbiguousPart> {
+    with_request_parts(state, route, view, client, user, |parts| {
+        keys_of(state, route, parts, exempt, plan)
+    })
+}
+
+/// Runs `f` on the values `view` offers for key parts (for `client` and
+/// `user`), as limits and consistent hashing read them.
+pub fn with_request_parts<R>(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    view: &RequestView<'_>,
+    client: IpAddr,
+    user: Option<&[u8]>,
+    f: impl FnOnce(&RequestParts<'_>) -> R,
+) -> R {
     let ip_text = state.client_ip.key_text(client);
     let header = |name: &str| view.head.headers.get(name).map(|v| v.as_bytes());
     let cookie = |name: &str| {
@@ -759,6 +774,18 @@ fn limit_keys(
         cookie: &cookie,
         param: &param,
     };
+    f(&parts)
+}
+
+/// The keys of the route's limits for a request's `parts` (see
+/// [`limit_keys`]).
+fn keys_of(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    parts: &RequestParts<'_>,
+    exempt: &dyn Fn(&CompiledLimit) -> bool,
+    plan: &dyn Fn(&PlanSource) -> Option<String>,
+) -> Result<Vec<Keyed>, AmbiguousPart> {
     let prefix = &state.config.limiter.redis.key_prefix;
     let key_of = |(i, limit): (usize, &CompiledLimit)| {
         if exempt(limit) {
@@ -768,12 +795,12 @@ fn limit_keys(
         let c = &limit.config;
         let (scope, name) = counter_name(route, c);
         let on_missing_ip = c.on_missing == OnMissing::Ip;
-        build_key(prefix, scope, name, &c.key, &parts, on_missing_ip)
+        build_key(prefix, scope, name, &c.key, parts, on_missing_ip)
             .map(|key| {
                 key.map(|key| Keyed {
                     index: i,
                     key,
-                    applied: applied_limit(c, &parts, plan),
+                    applied: applied_limit(c, parts, plan),
                 })
             })
             .transpose()

@@ -120,13 +120,14 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_peer(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         let upstream = ctx
             .upstream()
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream"))?;
-        let (peer, name) = upstream.select()?;
+        let key = ctx.balance_key(session.req_header(), respond::peer_ip(session));
+        let (peer, name) = upstream.select(&key)?;
         if ctx.state.config.server.access_log {
             ctx.upstream_addr = Some(peer.address().to_string());
         }

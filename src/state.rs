@@ -50,6 +50,9 @@ pub struct CompiledRoute {
     pub exempt: crate::config::ExemptConfig,
     /// What it changes on the way upstream and back.
     pub forward: crate::config::forward::ForwardConfig,
+    /// Whether the request's identity is kept for its header edits or its
+    /// upstream's consistent hashing.
+    pub keeps_user: bool,
     /// Its request body cap; 0: none.
     pub max_body_bytes: u64,
     /// Its path template, whose parameters key parts may name.
@@ -86,6 +89,17 @@ pub enum BuildError {
     /// JWT key material that validation accepted does not parse.
     #[error("identity.jwt key: {0}")]
     Jwt(#[from] jsonwebtoken::errors::Error),
+}
+
+/// Whether `route`'s upstream chooses servers by the `user` key part.
+fn hashes_user(config: &Config, route: &crate::config::RouteConfig) -> bool {
+    let RouteAction::Upstream(u) = route.action else {
+        return false;
+    };
+    matches!(
+        config.upstreams.get(u).map(|u| &u.balance),
+        Some(crate::config::Balance::ConsistentHash(parts)) if parts.contains(&crate::config::KeyPart::User)
+    )
 }
 
 impl GatewayState {
@@ -146,6 +160,7 @@ impl GatewayState {
                     .collect(),
                 exempt: route.exempt.clone(),
                 forward: route.forward.clone(),
+                keeps_user: route.forward.uses_user() || hashes_user(&config, route),
                 max_body_bytes: route.max_body_bytes,
                 template: match &route.path {
                     crate::config::PathMatch::Template(t) => Some(t.clone()),

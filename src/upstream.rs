@@ -1,11 +1,12 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
+use crate::balance::Balancer;
 use crate::config::{ResolvedServer, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use crate::sync::Locked;
 use arc_swap::ArcSwap;
 use http::HeaderValue;
 use pingora::lb::discovery::ServiceDiscovery;
-use pingora::lb::{health_check::TcpHealthCheck, selection::RoundRobin, LoadBalancer};
+use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::{Backend, Backends};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
@@ -22,8 +23,9 @@ pub struct Upstream {
     /// The settings it was built from (a reload keeps the pool, and its
     /// servers' health, when they are unchanged).
     pub config: UpstreamConfig,
-    /// Round-robin balancer; with a health check, unhealthy servers are skipped.
-    pub balancer: LoadBalancer<RoundRobin>,
+    /// The balancer its `balance` names; with a health check, unhealthy
+    /// servers are skipped.
+    pub balancer: Balancer,
     /// When the next health check is due (`None`: no health check).
     next_check: Mutex<Option<Instant>>,
     /// The CAs an HTTPS upstream's certificate is verified against, parsed
@@ -85,23 +87,6 @@ impl ServiceDiscovery for Discovered {
     }
 }
 
-/// Runs `balancer`'s discovery now: [`Discovered`] never waits, so its
-/// update is ready on the first poll.
-fn update_now<S>(balancer: &LoadBalancer<S>) -> std::io::Result<()>
-where
-    S: pingora::lb::selection::BackendSelection + 'static,
-    S::Iter: pingora::lb::selection::BackendIter,
-{
-    use std::future::Future;
-    let mut update = std::pin::pin!(balancer.update());
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match update.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(Ok(())) => Ok(()),
-        std::task::Poll::Ready(Err(e)) => Err(std::io::Error::other(e.to_string())),
-        std::task::Poll::Pending => Err(std::io::Error::other("discovery did not finish at once")),
-    }
-}
-
 /// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
 fn trusted_cas(config: &UpstreamConfig) -> Option<Arc<CaType>> {
     let ders = config.tls.as_ref()?.ca_der.as_ref()?;
@@ -125,10 +110,9 @@ impl Upstream {
     pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
         let discovered = Arc::new(ArcSwap::from_pointee(backends(config, &config.servers)));
         let discovery = Box::new(Discovered(Arc::clone(&discovered)));
-        let mut balancer = LoadBalancer::<RoundRobin>::from_backends(Backends::new(discovery));
-        update_now(&balancer)?;
+        let mut balancer = Balancer::new(&config.balance, Backends::new(discovery))?;
         let ca = trusted_cas(config);
-        if let Some(interval) = config.health_check {
+        if config.health_check.is_some() {
             // An HTTPS upstream's check is a TLS handshake, verified alike.
             let check = match &config.tls {
                 Some(tls) => {
@@ -139,7 +123,6 @@ impl Upstream {
                 None => TcpHealthCheck::new(),
             };
             balancer.set_health_check(check);
-            balancer.health_check_frequency = Some(interval);
         }
         Ok(Upstream {
             config: config.clone(),
@@ -168,8 +151,8 @@ impl Upstream {
     /// A peer for the next server in turn (round robin over the healthy
     /// ones), with this pool's timeouts, and the server's name as written;
     /// `None` when no server is healthy.
-    pub fn peer(&self) -> Option<(HttpPeer, Option<HeaderValue>)> {
-        let backend = self.balancer.select(b"", 256)?;
+    pub fn peer(&self, key: &[u8]) -> Option<(HttpPeer, Option<HeaderValue>)> {
+        let backend = self.balancer.select_with(key, |_, healthy| healthy)?;
         let name = backend.ext.get::<WrittenAddr>().map(|w| w.0.clone());
         let mut peer = match &self.config.tls {
             Some(tls) => {
@@ -191,8 +174,8 @@ impl Upstream {
 
     /// [`Upstream::peer`], or the error answered as a 502 when no server
     /// is healthy.
-    pub fn select(&self) -> pingora::Result<(HttpPeer, Option<HeaderValue>)> {
-        self.peer().ok_or_else(|| {
+    pub fn select(&self, key: &[u8]) -> pingora::Result<(HttpPeer, Option<HeaderValue>)> {
+        self.peer(key).ok_or_else(|| {
             let why = format!("no healthy server in upstream `{}`", self.name());
             pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)
         })

@@ -211,6 +211,14 @@ pub struct ResponseFile {
 pub struct UpstreamFile {
     pub servers: Vec<UpstreamServerFile>,
     pub balance: Option<BalanceFile>,
+    /// consistent_hash: the key parts that choose a server.
+    pub hash_key: Option<Vec<KeyPartFile>>,
+    /// Passive health: failures that take a server out.
+    pub max_fails: Option<u32>,
+    /// Passive health: the window of `max_fails`, and how long a server stays out.
+    pub fail_timeout: Option<String>,
+    /// How often names in `servers` are resolved again.
+    pub dns_refresh: Option<String>,
     pub health_check: Option<HealthCheckFile>,
     pub connect_timeout: Option<String>,
     pub read_timeout: Option<String>,
@@ -282,6 +290,8 @@ pub struct UpstreamTlsFile {
 pub enum BalanceFile {
     RoundRobin,
     Random,
+    ConsistentHash,
+    /// `consistent_hash` on `[ip]`.
     HashIp,
 }
 

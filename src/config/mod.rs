@@ -332,6 +332,22 @@ pub struct UpstreamConfig {
     pub tls: Option<UpstreamTls>,
     /// The HTTP version spoken to the servers.
     pub protocol: UpstreamProtocol,
+    /// How a server is chosen.
+    pub balance: Balance,
+}
+
+/// `upstreams.*.balance`: how each request's server is chosen (every way
+/// weighs servers by `weight` and skips those the health check took out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// Weighted round robin.
+    #[default]
+    RoundRobin,
+    /// Weighted random.
+    Random,
+    /// Ketama consistent hashing on these key parts: one key keeps its
+    /// server while the set is unchanged.
+    ConsistentHash(Vec<KeyPart>),
 }
 
 /// One entry of `upstreams.*.servers`, as written.

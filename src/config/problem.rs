@@ -513,6 +513,9 @@ pub enum ProblemKind {
         /// The route's template, if it has one.
         template: Option<String>,
     },
+    /// `hash_key` on an upstream that does not hash.
+    #[error("`hash_key` chooses a server only with `balance: consistent_hash`")]
+    HashKeyWithoutHashing,
     /// `upstream_host` that is not a host name.
     #[error("`upstream_host` is preserve, upstream or a host name (host[:port]), not `{0}`")]
     BadUpstreamHost(String),

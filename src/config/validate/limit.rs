@@ -41,7 +41,7 @@ pub(super) fn limit(
             c.problem(&path.key(key), ProblemKind::OnlyFor { key, algorithm });
         }
     }
-    let key = key_parts(c, path, &f.key, template);
+    let key = key_parts(c, &path.key("key"), &f.key, template);
     if f.limit == 0 {
         c.problem(&path.key("limit"), ProblemKind::ZeroLimit);
     }
@@ -448,15 +448,20 @@ fn match_label(label: &str) -> String {
     }
 }
 
-fn key_parts(
+pub(super) fn key_parts(
     c: &mut Checker,
-    path: &KeyPath,
+    at: &KeyPath,
     parts: &[KeyPartFile],
     template: Option<&PathTemplate>,
 ) -> Vec<KeyPart> {
     if parts.is_empty() {
         let item = "part (ip, user, method, path, {header: NAME}, {query: NAME}, {cookie: NAME} or {param: NAME})";
-        c.problem(&path.key("key"), ProblemKind::NeedsOne { key: "key", item });
+        let key = if at.leaf() == "hash_key" {
+            "hash_key"
+        } else {
+            "key"
+        };
+        c.problem(at, ProblemKind::NeedsOne { key, item });
     }
     let mut key = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
@@ -466,7 +471,7 @@ fn key_parts(
             KeyPartFile::Method => KeyPart::Method,
             KeyPartFile::Path => KeyPart::Path,
             KeyPartFile::Header(name) => {
-                c.header_name(&path.key("key").index(i), name);
+                c.header_name(&at.index(i), name);
                 KeyPart::Header(name.to_ascii_lowercase())
             }
             KeyPartFile::Query(name) => {
@@ -476,7 +481,7 @@ fn key_parts(
                         .any(|ch| matches!(ch, '&' | '=' | '#' | '?') || ch.is_whitespace());
                 if bad {
                     let kind = ProblemKind::BadQueryName(name.clone());
-                    c.problem(&path.key("key").index(i), kind);
+                    c.problem(&at.index(i), kind);
                 }
                 KeyPart::Query(name.clone())
             }
@@ -487,7 +492,7 @@ fn key_parts(
                         .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
                 if !token {
                     let kind = ProblemKind::BadCookieName(name.clone());
-                    c.problem(&path.key("key").index(i), kind);
+                    c.problem(&at.index(i), kind);
                 }
                 KeyPart::Cookie(name.clone())
             }
@@ -497,7 +502,7 @@ fn key_parts(
                         name: name.clone(),
                         template: template.map(|t| t.as_str().to_string()),
                     };
-                    c.problem(&path.key("key").index(i), kind);
+                    c.problem(&at.index(i), kind);
                 }
                 KeyPart::Param(name.clone())
             }

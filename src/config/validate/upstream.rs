@@ -5,7 +5,7 @@ use super::super::checker::Checker;
 use super::super::defaults::upstream as defaults;
 use super::super::file::{BalanceFile, UpstreamFile, UpstreamServerFile, UpstreamTlsFile};
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::{ServerSpec, UpstreamConfig, UpstreamProtocol, UpstreamTls};
+use super::super::{Balance, KeyPart, ServerSpec, UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use std::time::Duration;
@@ -13,9 +13,19 @@ use std::time::Duration;
 pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> UpstreamConfig {
     let path = KeyPath::root("upstreams").key(name);
     c.name(&path, name, "upstream");
-    if matches!(f.balance, Some(BalanceFile::Random | BalanceFile::HashIp)) {
-        let what = "`balance` other than round_robin";
-        c.problem(&path.key("balance"), ProblemKind::NotSupported(what));
+    let balance = balance(c, &path, f);
+    let not_yet = [
+        ("max_fails", f.max_fails.is_some()),
+        ("fail_timeout", f.fail_timeout.is_some()),
+        ("dns_refresh", f.dns_refresh.is_some()),
+    ];
+    for (key, given) in not_yet {
+        if given {
+            c.problem(
+                &path.key(key),
+                ProblemKind::NotSupported("passive health and dns_refresh"),
+            );
+        }
     }
     if f.servers.is_empty() {
         let kind = ProblemKind::NeedsOne {
@@ -83,6 +93,27 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
             .as_ref()
             .map(|t| tls(c, &path.key("tls"), t, &f.servers)),
         protocol: protocol(c, &path, f),
+        balance,
+    }
+}
+
+/// `balance:` and `hash_key:` (consistent_hash only; `[ip]` by default).
+fn balance(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> Balance {
+    let hash_key = f
+        .hash_key
+        .as_ref()
+        .map(|parts| super::limit::key_parts(c, &path.key("hash_key"), parts, None));
+    match (f.balance.unwrap_or(BalanceFile::RoundRobin), hash_key) {
+        (BalanceFile::ConsistentHash, Some(parts)) => Balance::ConsistentHash(parts),
+        (BalanceFile::ConsistentHash | BalanceFile::HashIp, None) => {
+            Balance::ConsistentHash(vec![KeyPart::Ip])
+        }
+        (_, Some(_)) => {
+            c.problem(&path.key("hash_key"), ProblemKind::HashKeyWithoutHashing);
+            Balance::RoundRobin
+        }
+        (BalanceFile::RoundRobin, None) => Balance::RoundRobin,
+        (BalanceFile::Random, None) => Balance::Random,
     }
 }
 
