@@ -59,6 +59,10 @@ pub struct RequestCtx {
     pub body_bytes: u64,
     /// The request was refused for a body over the route's cap.
     pub body_too_large: bool,
+    /// Tries at the upstream so far.
+    pub attempts: u32,
+    /// The servers tried, in order.
+    pub tried: Vec<std::net::SocketAddr>,
 }
 
 impl RequestCtx {
@@ -82,6 +86,8 @@ impl RequestCtx {
             server_name: None,
             body_bytes: 0,
             body_too_large: false,
+            attempts: 0,
+            tried: Vec::new(),
         }
     }
 

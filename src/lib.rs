@@ -14,6 +14,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod attempt;
 pub mod balance;
 pub mod config;
 pub mod context;

@@ -39,11 +39,13 @@ pub struct Metrics {
     /// `sluice_ratelimit_leases_held`: concurrency leases this instance
     /// holds (and renews) now; set when the metrics are read.
     pub leases_held: IntGauge,
+    /// `sluice_upstream_retries_total{route}`: tries after a request's first.
+    pub upstream_retries: IntCounterVec,
 }
 
 /// Why the front door closed or refused a client connection (the `reason`
 /// label of `sluice_downstream_rejected_total`).
-pub const REJECT_REASONS: [&str; 7] = [
+pub const REJECT_REASONS: [&str; 8] = [
     "max_connections",
     "handshake_timeout",
     "header_timeout",
@@ -51,6 +53,7 @@ pub const REJECT_REASONS: [&str; 7] = [
     "send_timeout",
     "header_too_large",
     "uri_too_long",
+    "body_too_large",
 ];
 
 /// The metrics the Redis backend updates.
@@ -247,6 +250,13 @@ impl Metrics {
                     "sluice_ratelimit_leases_held",
                     "Concurrency leases this instance holds now, renewed while their requests last.",
                 )?,
+            )?,
+            upstream_retries: counters(
+                &registry,
+                "sluice_upstream_retries_total",
+                "Tries of a request at the upstream after its first, by route.",
+                &["route"],
+                &[],
             )?,
             requests: counters(
                 &registry,

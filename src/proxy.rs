@@ -1,16 +1,15 @@
 //! The Pingora `ProxyHttp` implementation — glue only (docs/architecture.md).
 //!
 //! `request_filter` routes the request and hands it to the [`policy`] step,
-//! then either lets it through or writes the policy's [`Reply`] (400, 401,
-//! 404, 429, 503, or a `respond:` route). `upstream_request_filter` sends the
-//! canonical target upstream; `response_filter` adds the rate-limit headers
-//! to proxied responses; `logging` releases concurrency leases, counts every
-//! request and writes its access-log line.
+//! then lets it through or writes the answer; [`attempt`] chooses each try's
+//! server; the upstream gets the route's rewrite, the client the rate-limit
+//! headers and the request ID; `logging` releases leases, counts and logs.
 //!
 //! Each request works on the [`GatewayState`](crate::state::GatewayState) that was current when it
 //! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
 use crate::access_log::AccessLog;
+use crate::attempt;
 use crate::config::RouteAction;
 use crate::context::RequestCtx;
 use crate::front_door::GuardedStream;
@@ -23,7 +22,6 @@ use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
-use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
 use prometheus::Histogram;
 use std::sync::Arc;
@@ -123,16 +121,29 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        let upstream = ctx
-            .upstream()
-            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream"))?;
-        let key = ctx.balance_key(session.req_header(), respond::peer_ip(session));
-        let (peer, name) = upstream.select(&key)?;
-        if ctx.state.config.server.access_log {
-            ctx.upstream_addr = Some(peer.address().to_string());
-        }
-        ctx.server_name = name;
-        Ok(Box::new(peer))
+        let (head, peer) = (session.req_header(), respond::peer_ip(session));
+        let retries = &self.metrics.upstream_retries;
+        attempt::choose(ctx, head, peer, retries).map(Box::new)
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        e: Box<Error>,
+    ) -> Box<Error> {
+        attempt::connect_failed(ctx, e)
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let status = upstream_response.status.as_u16();
+        attempt::answered(ctx, &session.req_header().method, status)
     }
 
     async fn upstream_request_filter(
@@ -177,12 +188,8 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
-    /// An upstream or gateway failure answered in sluice's voice: a JSON
-    /// body naming the route, 502 when the upstream cannot be reached or
-    /// breaks the exchange, 504 when it does not connect or answer in time,
-    /// 413 for a body over the cap, 400 for a request the client broke,
-    /// nothing for a client already gone; never Pingora's empty body and
-    /// `Server: Pingora`.
+    /// An upstream or gateway failure answered in sluice's voice (see
+    /// [`respond::fail_to_proxy`]), never Pingora's empty body.
     async fn fail_to_proxy(
         &self,
         session: &mut Session,

@@ -14,6 +14,7 @@ use pingora::protocols::ALPN;
 use pingora::upstreams::peer::PeerOptions;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -151,8 +152,16 @@ impl Upstream {
     /// A peer for the next server in turn (round robin over the healthy
     /// ones), with this pool's timeouts, and the server's name as written;
     /// `None` when no server is healthy.
-    pub fn peer(&self, key: &[u8]) -> Option<(HttpPeer, Option<HeaderValue>)> {
-        let backend = self.balancer.select_with(key, |_, healthy| healthy)?;
+    pub fn peer(
+        &self,
+        key: &[u8],
+        tried: &[SocketAddr],
+    ) -> Option<(HttpPeer, Option<HeaderValue>)> {
+        let untried = |b: &Backend| b.addr.as_inet().is_none_or(|a| !tried.contains(a));
+        let backend = self
+            .balancer
+            .select_with(key, |b, healthy| healthy && untried(b))
+            .or_else(|| self.balancer.select_with(key, |_, healthy| healthy))?;
         let name = backend.ext.get::<WrittenAddr>().map(|w| w.0.clone());
         let mut peer = match &self.config.tls {
             Some(tls) => {
@@ -174,8 +183,12 @@ impl Upstream {
 
     /// [`Upstream::peer`], or the error answered as a 502 when no server
     /// is healthy.
-    pub fn select(&self, key: &[u8]) -> pingora::Result<(HttpPeer, Option<HeaderValue>)> {
-        self.peer(key).ok_or_else(|| {
+    pub fn select(
+        &self,
+        key: &[u8],
+        tried: &[SocketAddr],
+    ) -> pingora::Result<(HttpPeer, Option<HeaderValue>)> {
+        self.peer(key, tried).ok_or_else(|| {
             let why = format!("no healthy server in upstream `{}`", self.name());
             pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)
         })

@@ -67,6 +67,8 @@ fn bad_configs_name_file_line_column_and_reason() {
         ("routes:\n  - name: a\n    respond: {}\n    upstream_host: \"bad host\"\n", 4, "`upstream_host` is preserve, upstream or a host name"),
         ("upstreams:\n  api:\n    servers:\n      - {addr: \"127.0.0.1:1\", weight: 0}\n", 4, "`weight` must be between 1 and 1000"),
         ("upstreams:\n  api:\n    servers: [\"127.0.0.1:1\"]\n    hash_key: [ip]\n", 4, "`hash_key` chooses a server only with `balance: consistent_hash`"),
+        ("routes:\n  - name: a\n    respond: {}\n    retries:\n      on: [connect_error, 404]\n", 5, "`retries.on` takes connect_error and 5xx statuses"),
+        ("routes:\n  - name: a\n    respond: {}\n    retries: {attempts: 11}\n", 4, "`attempts` must be between 1 and 10"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: month, window: 30d}}\n"), 5, "a calendar quota has no `window`"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, calendar: day, algorithm: sliding_log}}\n"), 5, "`algorithm: sliding_log` cannot apply"),
         (&format!("{ROUTE_HEAD}      - {{name: q, key: [ip], limit: 5, window: 1d, timezone: Europe/Paris}}\n"), 5, "`timezone` applies to calendar quotas only"),

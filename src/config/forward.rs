@@ -20,6 +20,41 @@ pub struct ForwardConfig {
     pub request_headers: HeaderEdits,
     /// Edits of the upstream's response head sent to the client.
     pub response_headers: HeaderEdits,
+    /// The upstream's timeouts, overridden for this route.
+    pub timeouts: RouteTimeouts,
+    /// Further tries after a failed one.
+    pub retries: Retries,
+}
+
+/// `timeouts:` of a route: each set one replaces the upstream's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteTimeouts {
+    /// Connecting to a server.
+    pub connect: Option<std::time::Duration>,
+    /// Waiting for the server's response (between two reads).
+    pub read: Option<std::time::Duration>,
+}
+
+/// `retries:` of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retries {
+    /// Tries in all, the first included (1: no retry).
+    pub attempts: u32,
+    /// Retry a connection that failed before the request was sent.
+    pub on_connect_error: bool,
+    /// Retry these response statuses (idempotent methods only).
+    pub statuses: Vec<u16>,
+}
+
+impl Default for Retries {
+    /// One try: no retry.
+    fn default() -> Self {
+        Retries {
+            attempts: 1,
+            on_connect_error: true,
+            statuses: Vec::new(),
+        }
+    }
 }
 
 impl ForwardConfig {

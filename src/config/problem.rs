@@ -513,6 +513,9 @@ pub enum ProblemKind {
         /// The route's template, if it has one.
         template: Option<String>,
     },
+    /// A `retries.on` entry that is not a reason to retry.
+    #[error("`retries.on` takes connect_error and 5xx statuses (502, 503, 504), not `{0}`")]
+    BadRetryOn(String),
     /// `hash_key` on an upstream that does not hash.
     #[error("`hash_key` chooses a server only with `balance: consistent_hash`")]
     HashKeyWithoutHashing,

@@ -1,16 +1,19 @@
-//! A route's `rewrite`, `upstream_host`, `request_headers` and
-//! `response_headers`: what it changes on the way upstream and back.
+//! A route's `rewrite`, `upstream_host`, `request_headers`,
+//! `response_headers`, `timeouts` and `retries`: what it changes on the way
+//! upstream and back, and how it tries.
 
 use super::super::checker::Checker;
-use super::super::file::{HeaderEditsFile, RewriteFile, RouteFile};
+use super::super::file::{HeaderEditsFile, RetriesFile, RewriteFile, RouteFile, RouteTimeoutsFile};
 use super::super::forward::{
-    ForwardConfig, HeaderEdits, HeaderTemplate, PathRewrite, UpstreamHost,
+    ForwardConfig, HeaderEdits, HeaderTemplate, PathRewrite, Retries, RouteTimeouts, UpstreamHost,
 };
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
 use super::super::PathMatch;
 use http::{HeaderName, HeaderValue};
+use serde_yaml::Value;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Why a header cannot be edited by configuration (`None`: it can). The
 /// framing and hop-by-hop headers are the connection's, `host` has its own
@@ -43,15 +46,8 @@ pub(super) fn forward(
     path_match: &PathMatch,
     request_id: &HeaderName,
 ) -> ForwardConfig {
-    let not_yet = [
-        ("timeouts", f.timeouts.is_some(), "`timeouts` on a route"),
-        ("retries", f.retries.is_some(), "`retries`"),
-        ("cors", f.cors.is_some(), "`cors`"),
-    ];
-    for (key, given, what) in not_yet {
-        if given {
-            c.problem(&at.key(key), ProblemKind::NotSupported(what));
-        }
+    if f.cors.is_some() {
+        c.problem(&at.key("cors"), ProblemKind::NotSupported("`cors`"));
     }
     ForwardConfig {
         rewrite: f
@@ -73,7 +69,68 @@ pub(super) fn forward(
             .as_ref()
             .map(|e| edits(c, &at.key("response_headers"), e, request_id))
             .unwrap_or_default(),
+        timeouts: f
+            .timeouts
+            .as_ref()
+            .map(|t| timeouts(c, &at.key("timeouts"), t))
+            .unwrap_or_default(),
+        retries: f
+            .retries
+            .as_ref()
+            .map(|r| retries(c, &at.key("retries"), r))
+            .unwrap_or_default(),
     }
+}
+
+/// `timeouts:`: each one set must be more than zero.
+fn timeouts(c: &mut Checker, at: &KeyPath, f: &RouteTimeoutsFile) -> RouteTimeouts {
+    let mut one = |key: &str, text: &Option<String>| {
+        let text = text.as_deref()?;
+        let value = c.duration(&at.key(key), Some(text), Duration::ZERO);
+        if value.is_zero() {
+            c.problem(&at.key(key), ProblemKind::Zero(key.to_string()));
+        }
+        Some(value)
+    };
+    RouteTimeouts {
+        connect: one("connect", &f.connect),
+        read: one("read", &f.read),
+    }
+}
+
+/// `retries:`: 1 to 10 attempts, on `connect_error` and 5xx statuses.
+fn retries(c: &mut Checker, at: &KeyPath, f: &RetriesFile) -> Retries {
+    let attempts = f.attempts.unwrap_or(2);
+    if !(1..=10).contains(&attempts) {
+        let key = "attempts".to_string();
+        c.problem(
+            &at.key("attempts"),
+            ProblemKind::Between {
+                key,
+                min: 1,
+                max: 10,
+            },
+        );
+    }
+    let mut retries = Retries {
+        attempts: attempts.clamp(1, 10),
+        on_connect_error: f.on.is_none(),
+        statuses: Vec::new(),
+    };
+    for (i, value) in f.on.iter().flatten().enumerate() {
+        match value {
+            Value::String(word) if word == "connect_error" => retries.on_connect_error = true,
+            Value::Number(n) if n.as_u64().is_some_and(|n| (500..=599).contains(&n)) => {
+                retries.statuses.extend(n.as_u64().map(|n| n as u16));
+            }
+            other => {
+                let written = serde_yaml::to_string(other).unwrap_or_default();
+                let kind = ProblemKind::BadRetryOn(written.trim().to_string());
+                c.problem(&at.key("on").index(i), kind);
+            }
+        }
+    }
+    retries
 }
 
 /// `rewrite:`: exactly one way, and one the route's match supports.

@@ -1,0 +1,99 @@
+//! One try at the upstream: which server (another one than those already
+//! tried, when there is one), with the route's timeouts, and whether a
+//! failed try is tried again (`retries`). Limits are decided once, before
+//! the first try; a retry never counts a request again.
+
+use crate::context::RequestCtx;
+use pingora::prelude::HttpPeer;
+use pingora::{Error, ErrorType};
+use std::net::IpAddr;
+
+/// Chooses the server for the next try of `ctx`'s request (`head` from
+/// `peer`): the balancer's pick among the servers not tried yet (any, once
+/// all were), with the route's timeouts. Counts a retry in
+/// `sluice_upstream_retries_total`.
+pub fn choose(
+    ctx: &mut RequestCtx,
+    head: &pingora::http::RequestHeader,
+    peer: IpAddr,
+    retries: &prometheus::IntCounterVec,
+) -> pingora::Result<HttpPeer> {
+    let upstream = ctx
+        .upstream()
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream"))?;
+    let key = ctx.balance_key(head, peer);
+    let (mut chosen, name) = upstream.select(&key, &ctx.tried)?;
+    ctx.attempts += 1;
+    if ctx.attempts > 1 {
+        if let Some(route) = ctx.route() {
+            retries.with_label_values(&[route.name.as_str()]).inc();
+        }
+    }
+    if let Some(route) = ctx.route() {
+        let timeouts = route.forward.timeouts;
+        if let Some(connect) = timeouts.connect {
+            chosen.options.connection_timeout = Some(connect);
+        }
+        if let Some(read) = timeouts.read {
+            chosen.options.read_timeout = Some(read);
+        }
+    }
+    if let Some(addr) = chosen._address.as_inet() {
+        ctx.tried.push(*addr);
+    }
+    if ctx.state.config.server.access_log {
+        ctx.upstream_addr = Some(chosen._address.to_string());
+    }
+    ctx.server_name = name;
+    Ok(chosen)
+}
+
+/// Whether the route may try once more.
+fn tries_left(ctx: &RequestCtx) -> bool {
+    ctx.route()
+        .is_some_and(|r| ctx.attempts < r.forward.retries.attempts)
+}
+
+/// A connection that failed before the request was sent: tried again on
+/// another server when the route retries `connect_error` and has tries
+/// left (whatever the method: nothing reached the server).
+pub fn connect_failed(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
+    let retry = tries_left(ctx)
+        && ctx
+            .route()
+            .is_some_and(|r| r.forward.retries.on_connect_error);
+    if retry {
+        e.set_retry(true);
+    }
+    e
+}
+
+/// Methods a server may be asked twice without a second effect.
+fn idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
+}
+
+/// An upstream response with `status`: the error that tries again when
+/// the route retries that status for this idempotent `method` and has tries
+/// left; the last try's response goes to the client as it is. Pingora
+/// then refuses the retry if the request body went past what it kept.
+pub fn answered(ctx: &RequestCtx, method: &http::Method, status: u16) -> pingora::Result<()> {
+    let retried = ctx
+        .route()
+        .is_some_and(|r| r.forward.retries.statuses.contains(&status));
+    if !retried || !idempotent(method) || !tries_left(ctx) {
+        return Ok(());
+    }
+    let why = format!("the server answered {status}: trying another");
+    let mut e = Error::explain(ErrorType::HTTPStatus(status), why);
+    e.set_retry(true);
+    Err(e.into_up())
+}
