@@ -38,7 +38,11 @@ pub fn choose(
             chosen.options.read_timeout = Some(read);
         }
     }
-    if let Some(addr) = chosen._address.as_inet() {
+    // Only a route that retries needs to know which servers it tried.
+    let retries_left = ctx
+        .route()
+        .is_some_and(|r| ctx.attempts < r.forward.retries.attempts);
+    if let Some(addr) = chosen._address.as_inet().filter(|_| retries_left) {
         ctx.tried.push(*addr);
     }
     if ctx.state.config.server.access_log {

@@ -67,29 +67,26 @@ pub trait EditableHead {
     fn remove(&mut self, name: &HeaderName);
 }
 
-impl EditableHead for RequestHeader {
-    fn set(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
-        self.insert_header(name, value)
-    }
-    fn add(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
-        self.append_header(name, value).map(|_| ())
-    }
-    fn remove(&mut self, name: &HeaderName) {
-        self.remove_header(name);
-    }
+/// Implements [`EditableHead`] for a Pingora head type (both have the
+/// same header methods, but no trait of their own).
+macro_rules! editable_head {
+    ($head:ty) => {
+        impl EditableHead for $head {
+            fn set(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
+                self.insert_header(name, value)
+            }
+            fn add(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
+                self.append_header(name, value).map(|_| ())
+            }
+            fn remove(&mut self, name: &HeaderName) {
+                self.remove_header(name);
+            }
+        }
+    };
 }
 
-impl EditableHead for ResponseHeader {
-    fn set(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
-        self.insert_header(name, value)
-    }
-    fn add(&mut self, name: HeaderName, value: HeaderValue) -> pingora::Result<()> {
-        self.append_header(name, value).map(|_| ())
-    }
-    fn remove(&mut self, name: &HeaderName) {
-        self.remove_header(name);
-    }
-}
+editable_head!(RequestHeader);
+editable_head!(ResponseHeader);
 
 /// Applies `edits` to `head`: `remove`, then `set`, then `add`. A `set`
 /// whose value cannot be rendered (a variable without a value) still

@@ -102,10 +102,10 @@ fn duplicates_are_rejected() {
 
 #[test]
 fn unimplemented_features_say_so() {
-    let text = "upstreams:\n  api:\n    servers: [\"127.0.0.1:3000\"]\n    balance: random\n";
+    let text = "upstreams:\n  api:\n    servers: [\"127.0.0.1:3000\"]\n    dns_refresh: 30s\n";
     let err = error_of(text);
     assert!(
-        err.contains("`balance` other than round_robin") && err.contains("not supported yet"),
+        err.contains("dns_refresh") && err.contains("not supported yet"),
         "{text}: {err}"
     );
 }
