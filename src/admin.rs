@@ -56,7 +56,9 @@ impl ServeHttp for AdminApp {
         }
         match session.req_header().uri.path() {
             "/metrics" => {
-                let held = self.state.load().decider.leases_held();
+                let state = self.state.load();
+                set_servers_up(&self.metrics.upstream_server_up, &state.upstreams);
+                let held = state.decider.leases_held();
                 self.metrics
                     .leases_held
                     .set(held.try_into().unwrap_or(i64::MAX));
@@ -81,6 +83,20 @@ impl ServeHttp for AdminApp {
                 plain,
                 b"not found: try /metrics, /healthz, /readyz or /v1/usage\n".to_vec(),
             ),
+        }
+    }
+}
+
+/// Sets `sluice_upstream_server_up` for the servers of `upstreams` (and
+/// only those: a reload's removed servers leave no series).
+fn set_servers_up(gauge: &prometheus::IntGaugeVec, upstreams: &[Arc<crate::upstream::Upstream>]) {
+    gauge.reset();
+    for upstream in upstreams {
+        for (i, spec) in upstream.config.addresses.iter().enumerate() {
+            let up = i64::from(upstream.server_up(i));
+            gauge
+                .with_label_values(&[upstream.name(), spec.addr.as_str()])
+                .set(up);
         }
     }
 }

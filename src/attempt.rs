@@ -61,13 +61,53 @@ fn tries_left(ctx: &RequestCtx) -> bool {
 /// A connection that failed before the request was sent: tried again on
 /// another server when the route retries `connect_error` and has tries
 /// left (whatever the method: nothing reached the server).
-pub fn connect_failed(ctx: &RequestCtx, mut e: Box<Error>) -> Box<Error> {
+pub fn connect_failed(ctx: &RequestCtx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+    server_failed(ctx, peer);
     let retry = tries_left(ctx)
         && ctx
             .route()
             .is_some_and(|r| r.forward.retries.on_connect_error);
     if retry {
         e.set_retry(true);
+    }
+    e
+}
+
+/// Counts a failure of `peer` (refused, reset, timed out) toward its
+/// passive health.
+fn server_failed(ctx: &RequestCtx, peer: &HttpPeer) {
+    if let (Some(upstream), Some(addr)) = (ctx.upstream(), peer._address.as_inet()) {
+        if upstream.passive.failed(*addr, std::time::Instant::now()) {
+            log::warn!(
+                "upstream `{}`: server {addr} failed {} times: out for {:?}",
+                upstream.name(),
+                upstream.config.max_fails,
+                upstream.config.fail_timeout
+            );
+        }
+    }
+}
+
+/// An exchange with `peer` that broke after connecting: a failure of the
+/// server unless it is the retry of a status; then Pingora's own rule
+/// (an idempotent method, a body still held) decides whether to retry.
+pub fn proxy_failed(
+    ctx: &RequestCtx,
+    peer: &HttpPeer,
+    method: &http::Method,
+    truncated: bool,
+    reused: bool,
+    mut e: Box<Error>,
+) -> Box<Error> {
+    if !matches!(e.etype(), ErrorType::HTTPStatus(_))
+        && e.esource() == &pingora::ErrorSource::Upstream
+    {
+        server_failed(ctx, peer);
+    }
+    if !method.is_idempotent() || truncated {
+        e.set_retry(false);
+    } else {
+        e.retry.decide_reuse(reused);
     }
     e
 }

@@ -259,13 +259,17 @@ impl RequestCtx {
         request_path(&self.path, req)
     }
 
-    /// The access-log line of this request, which ended with `status`.
+    /// The access-log line of this request (`req` from `peer`), which
+    /// ended with `status`.
     pub fn log_line<'a>(
         &'a self,
         req: &'a RequestHeader,
         status: u16,
-        client: IpAddr,
+        peer: IpAddr,
     ) -> AccessLogLine<'a> {
+        let client = self
+            .client
+            .unwrap_or_else(|| policy::client_ip(&self.state, req, peer));
         let (ctx, state, route) = (self, &self.state, self.route());
         let upstream = match route.map(|r| &r.action) {
             Some(RouteAction::Upstream(u)) if ctx.upstream_addr.is_some() => {

@@ -30,6 +30,7 @@ pub mod identity;
 pub mod keys;
 pub mod limiter;
 pub mod metrics;
+pub mod passive;
 pub mod policy;
 pub mod proxy;
 pub mod reload;

@@ -41,6 +41,9 @@ pub struct Metrics {
     pub leases_held: IntGauge,
     /// `sluice_upstream_retries_total{route}`: tries after a request's first.
     pub upstream_retries: IntCounterVec,
+    /// `sluice_upstream_server_up{upstream,server}`: 1 while a server is
+    /// in selection (health check and passive health); set when read.
+    pub upstream_server_up: prometheus::IntGaugeVec,
 }
 
 /// Why the front door closed or refused a client connection (the `reason`
@@ -249,6 +252,16 @@ impl Metrics {
                 IntGauge::new(
                     "sluice_ratelimit_leases_held",
                     "Concurrency leases this instance holds now, renewed while their requests last.",
+                )?,
+            )?,
+            upstream_server_up: register(
+                &registry,
+                prometheus::IntGaugeVec::new(
+                    prometheus::Opts::new(
+                        "sluice_upstream_server_up",
+                        "1 while a server is in selection (its health check passes and it is not out for its failures), by upstream and server as written.",
+                    ),
+                    &["upstream", "server"],
                 )?,
             )?,
             upstream_retries: counters(

@@ -129,11 +129,30 @@ impl ProxyHttp for Gateway {
     fn fail_to_connect(
         &self,
         _session: &mut Session,
-        _peer: &HttpPeer,
+        peer: &HttpPeer,
         ctx: &mut RequestCtx,
         e: Box<Error>,
     ) -> Box<Error> {
-        attempt::connect_failed(ctx, e)
+        attempt::connect_failed(ctx, peer, e)
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        reused: bool,
+    ) -> Box<Error> {
+        let truncated = session.as_ref().retry_buffer_truncated();
+        attempt::proxy_failed(
+            ctx,
+            peer,
+            &session.req_header().method,
+            truncated,
+            reused,
+            e,
+        )
     }
 
     async fn upstream_response_filter(
@@ -152,10 +171,7 @@ impl ProxyHttp for Gateway {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip());
+        let peer = respond::socket_ip(session);
         let rewrite = ctx.upstream_rewrite(session.req_header(), peer);
         rewrite.apply(upstream_request)
     }
@@ -221,11 +237,7 @@ impl ProxyHttp for Gateway {
         }
         let leases = ctx.leases.take();
         let route = ctx.route();
-        let status = session
-            .response_written()
-            .map(|r| r.status.as_u16())
-            // nginx's word for a client that left before its answer.
-            .unwrap_or(if ctx.abandoned { 499 } else { 0 });
+        let status = respond::final_status(session, ctx.abandoned);
         if let (Some(leases), Some(route)) = (leases, route) {
             leases.release(&ctx.state, route, status).await;
         }
@@ -235,13 +247,9 @@ impl ProxyHttp for Gateway {
         };
         self.metrics.count_request(route_name, status);
         duration.observe(ctx.started.elapsed().as_secs_f64());
-
         if ctx.state.config.server.access_log {
-            let req = session.req_header();
-            let client = ctx
-                .client
-                .unwrap_or_else(|| policy::client_ip(&ctx.state, req, respond::peer_ip(session)));
-            self.access_log.write(&ctx.log_line(req, status, client));
+            let (req, peer) = (session.req_header(), respond::peer_ip(session));
+            self.access_log.write(&ctx.log_line(req, status, peer));
         }
     }
 }

@@ -167,6 +167,23 @@ pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, ctx: &Re
         .inc();
 }
 
+/// The socket peer's IP; `None` when the connection is not over IP.
+pub fn socket_ip(session: &Session) -> Option<IpAddr> {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+}
+
+/// The status a request ended with: the one written; 499 (nginx's word)
+/// for a client that left while its request waited; else 0.
+pub fn final_status(session: &Session, abandoned: bool) -> u16 {
+    session
+        .response_written()
+        .map(|r| r.status.as_u16())
+        .unwrap_or(if abandoned { 499 } else { 0 })
+}
+
 /// The socket peer's IP (loopback if the connection is not over IP).
 pub fn peer_ip(session: &Session) -> IpAddr {
     session

@@ -2,6 +2,7 @@
 
 use crate::balance::Balancer;
 use crate::config::{ResolvedServer, UpstreamConfig, UpstreamProtocol, UpstreamTls};
+use crate::passive::PassiveHealth;
 use crate::sync::Locked;
 use arc_swap::ArcSwap;
 use http::HeaderValue;
@@ -34,6 +35,8 @@ pub struct Upstream {
     ca: Option<Arc<CaType>>,
     /// Its connections' pool: see [`pool_key`].
     pool_key: u64,
+    /// Servers taken out by their recent failures.
+    pub passive: PassiveHealth,
 }
 
 /// The key that keeps an upstream's pooled connections its own. Pingora
@@ -131,6 +134,7 @@ impl Upstream {
             next_check: Mutex::new(config.health_check.map(|_| Instant::now())),
             ca,
             pool_key: pool_key(config),
+            passive: PassiveHealth::new(config.max_fails, config.fail_timeout),
         })
     }
 
@@ -157,10 +161,22 @@ impl Upstream {
         key: &[u8],
         tried: &[SocketAddr],
     ) -> Option<(HttpPeer, Option<HeaderValue>)> {
+        let now = Instant::now();
         let untried = |b: &Backend| b.addr.as_inet().is_none_or(|a| !tried.contains(a));
+        let live = |b: &Backend| {
+            b.addr
+                .as_inet()
+                .is_none_or(|a| !self.passive.is_out(*a, now))
+        };
+        // Untried and live; else live; else (every server out) any the
+        // health check has up: never a self-inflicted outage.
         let backend = self
             .balancer
-            .select_with(key, |b, healthy| healthy && untried(b))
+            .select_with(key, |b, healthy| healthy && live(b) && untried(b))
+            .or_else(|| {
+                self.balancer
+                    .select_with(key, |b, healthy| healthy && live(b))
+            })
             .or_else(|| self.balancer.select_with(key, |_, healthy| healthy))?;
         let name = backend.ext.get::<WrittenAddr>().map(|w| w.0.clone());
         let mut peer = match &self.config.tls {
@@ -192,6 +208,24 @@ impl Upstream {
             let why = format!("no healthy server in upstream `{}`", self.name());
             pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)
         })
+    }
+
+    /// Whether the server written as `servers[spec]` is up: one of its
+    /// addresses passes the health check and is not out for its failures.
+    pub fn server_up(&self, spec: usize) -> bool {
+        let now = Instant::now();
+        self.config
+            .servers
+            .iter()
+            .filter(|s| s.spec == spec)
+            .any(|s| {
+                let backend = Backend {
+                    addr: pingora::protocols::l4::socket::SocketAddr::Inet(s.addr),
+                    weight: self.config.addresses.get(spec).map_or(1, |a| a.weight),
+                    ext: http::Extensions::new(),
+                };
+                self.balancer.backends().ready(&backend) && !self.passive.is_out(s.addr, now)
+            })
     }
 
     /// Whether a health check is due at `now`; if so, the next one is

@@ -11,7 +11,7 @@ fn config(redis: &RedisServer, servers: &str) -> String {
 limiter:
   redis: {{ url: "{url}", timeout: 500ms }}
 upstreams:
-  api: {{ servers: [{servers}] }}
+  api: {{ servers: [{servers}], max_fails: 0 }}   # no passive health: every turn tried
 routes:
   - name: retried
     match: {{ path_prefix: /retried/ }}

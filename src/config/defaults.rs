@@ -105,6 +105,10 @@ pub mod upstream {
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     /// `read_timeout`.
     pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `max_fails` (nginx's).
+    pub const MAX_FAILS: u32 = 1;
+    /// `fail_timeout` (nginx's).
+    pub const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 }
 
 /// Defaults of a limit.

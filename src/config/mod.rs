@@ -334,6 +334,11 @@ pub struct UpstreamConfig {
     pub protocol: UpstreamProtocol,
     /// How a server is chosen.
     pub balance: Balance,
+    /// Passive health: failures within `fail_timeout` that take a server
+    /// out (0: never).
+    pub max_fails: u32,
+    /// Passive health: the failures' window, and how long a server is out.
+    pub fail_timeout: Duration,
 }
 
 /// `upstreams.*.balance`: how each request's server is chosen (every way

@@ -335,12 +335,16 @@ fn assert_spells_the_defaults(config: &Config, source: &str) {
         (
             upstream.health_check,
             upstream.connect_timeout,
-            upstream.read_timeout
+            upstream.read_timeout,
+            upstream.max_fails,
+            upstream.fail_timeout,
         ),
         (
             Some(defaults::upstream::HEALTH_INTERVAL),
             defaults::upstream::CONNECT_TIMEOUT,
-            defaults::upstream::READ_TIMEOUT
+            defaults::upstream::READ_TIMEOUT,
+            defaults::upstream::MAX_FAILS,
+            defaults::upstream::FAIL_TIMEOUT,
         ),
         "{source}: upstream"
     );

@@ -210,7 +210,12 @@ pub struct Upstream {
 impl Upstream {
     /// Starts serving on a free port.
     pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        Self::start_on(0)
+    }
+
+    /// Starts serving on `port` of 127.0.0.1 (0: a free one).
+    pub fn start_on(port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind upstream");
         let addr = listener.local_addr().expect("upstream addr");
         let hits = Arc::new(AtomicUsize::new(0));
         let in_flight = Arc::new(AtomicUsize::new(0));

@@ -14,19 +14,7 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
     let path = KeyPath::root("upstreams").key(name);
     c.name(&path, name, "upstream");
     let balance = balance(c, &path, f);
-    let not_yet = [
-        ("max_fails", f.max_fails.is_some()),
-        ("fail_timeout", f.fail_timeout.is_some()),
-        ("dns_refresh", f.dns_refresh.is_some()),
-    ];
-    for (key, given) in not_yet {
-        if given {
-            c.problem(
-                &path.key(key),
-                ProblemKind::NotSupported("passive health and dns_refresh"),
-            );
-        }
-    }
+    let fail_timeout = fail_timeout(c, &path, f);
     if f.servers.is_empty() {
         let kind = ProblemKind::NeedsOne {
             key: "servers",
@@ -94,7 +82,25 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
             .map(|t| tls(c, &path.key("tls"), t, &f.servers)),
         protocol: protocol(c, &path, f),
         balance,
+        max_fails: f.max_fails.unwrap_or(defaults::MAX_FAILS),
+        fail_timeout,
     }
+}
+
+/// `fail_timeout:` (more than zero); `dns_refresh` is refused for now.
+fn fail_timeout(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> Duration {
+    if f.dns_refresh.is_some() {
+        c.problem(
+            &path.key("dns_refresh"),
+            ProblemKind::NotSupported("`dns_refresh`"),
+        );
+    }
+    let at = path.key("fail_timeout");
+    let value = c.duration(&at, f.fail_timeout.as_deref(), defaults::FAIL_TIMEOUT);
+    if value.is_zero() {
+        c.problem(&at, ProblemKind::Zero("fail_timeout".to_string()));
+    }
+    value
 }
 
 /// `balance:` and `hash_key:` (consistent_hash only; `[ip]` by default).
