@@ -94,8 +94,7 @@ fn server_failed(ctx: &RequestCtx, peer: &HttpPeer) {
 pub fn proxy_failed(
     ctx: &RequestCtx,
     peer: &HttpPeer,
-    method: &http::Method,
-    truncated: bool,
+    session: &pingora::proxy::Session,
     reused: bool,
     mut e: Box<Error>,
 ) -> Box<Error> {
@@ -104,7 +103,8 @@ pub fn proxy_failed(
     {
         server_failed(ctx, peer);
     }
-    if !method.is_idempotent() || truncated {
+    let truncated = session.as_ref().retry_buffer_truncated();
+    if !session.req_header().method.is_idempotent() || truncated {
         e.set_retry(false);
     } else {
         e.retry.decide_reuse(reused);

@@ -212,6 +212,18 @@ impl RedisMetrics {
     }
 }
 
+/// `sluice_upstream_server_up{upstream,server}`, registered.
+fn server_up_gauge(registry: &Registry) -> Result<prometheus::IntGaugeVec, prometheus::Error> {
+    let opts = Opts::new(
+        "sluice_upstream_server_up",
+        "1 while a server is in selection (its health check passes and it is not out for its failures), by upstream and server as written.",
+    );
+    register(
+        registry,
+        prometheus::IntGaugeVec::new(opts, &["upstream", "server"])?,
+    )
+}
+
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
@@ -254,16 +266,7 @@ impl Metrics {
                     "Concurrency leases this instance holds now, renewed while their requests last.",
                 )?,
             )?,
-            upstream_server_up: register(
-                &registry,
-                prometheus::IntGaugeVec::new(
-                    prometheus::Opts::new(
-                        "sluice_upstream_server_up",
-                        "1 while a server is in selection (its health check passes and it is not out for its failures), by upstream and server as written.",
-                    ),
-                    &["upstream", "server"],
-                )?,
-            )?,
+            upstream_server_up: server_up_gauge(&registry)?,
             upstream_retries: counters(
                 &registry,
                 "sluice_upstream_retries_total",

@@ -144,15 +144,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
         reused: bool,
     ) -> Box<Error> {
-        let truncated = session.as_ref().retry_buffer_truncated();
-        attempt::proxy_failed(
-            ctx,
-            peer,
-            &session.req_header().method,
-            truncated,
-            reused,
-            e,
-        )
+        attempt::proxy_failed(ctx, peer, session, reused, e)
     }
 
     async fn upstream_response_filter(
