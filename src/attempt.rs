@@ -39,10 +39,7 @@ pub fn choose(
         }
     }
     // Only a route that retries needs to know which servers it tried.
-    let retries_left = ctx
-        .route()
-        .is_some_and(|r| ctx.attempts < r.forward.retries.attempts);
-    if let Some(addr) = chosen._address.as_inet().filter(|_| retries_left) {
+    if let Some(addr) = chosen._address.as_inet().filter(|_| tries_left(ctx)) {
         ctx.tried.push(*addr);
     }
     if ctx.state.config.server.access_log {

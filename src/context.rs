@@ -184,7 +184,10 @@ impl RequestCtx {
                 UpstreamHost::Upstream => self.server_name.as_ref().map(|v| v.as_bytes().to_vec()),
                 UpstreamHost::Literal(name) => Some(name.as_bytes().to_vec()),
             };
-            if self.client.is_none() && !forward.request_headers.is_empty() {
+            // `{client_ip}` in either direction's edits is the client as
+            // the limits resolve it, even on a route without limits.
+            let edits = !forward.request_headers.is_empty() || !forward.response_headers.is_empty();
+            if self.client.is_none() && edits {
                 self.client = Some(policy::client_ip(&state, head, peer_or_loopback));
             }
         }

@@ -112,8 +112,8 @@ impl Upstream {
     /// Builds the pool for `config`. Addresses were resolved at config load,
     /// so this performs no DNS lookup.
     pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
-        let discovered = Arc::new(ArcSwap::from_pointee(backends(config, &config.servers)));
-        let discovery = Box::new(Discovered(Arc::clone(&discovered)));
+        let resolved = ArcSwap::from_pointee(backends(config, &config.servers));
+        let discovery = Box::new(Discovered(Arc::new(resolved)));
         let mut balancer = Balancer::new(&config.balance, Backends::new(discovery))?;
         let ca = trusted_cas(config);
         if config.health_check.is_some() {

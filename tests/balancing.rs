@@ -126,16 +126,31 @@ fn consistent_hashing_keeps_a_key_on_its_server_and_moves_few_when_one_leaves() 
     let keys = 10_000;
     let first = placement(&sluice, keys);
     assert_eq!(placement(&sluice, keys), first, "a key keeps its server");
-    for server in &servers {
-        let share = first
+    let held = |server: &Upstream| {
+        first
             .iter()
             .filter(|s| **s == server.addr.to_string())
-            .count();
-        assert!(share > keys / 6, "each server has its part: {share}");
+            .count()
+    };
+    for server in &servers {
+        assert!(
+            held(server) > keys / 6,
+            "each server has its part: {}",
+            held(server)
+        );
     }
 
-    let gone = servers[2].addr.to_string();
-    assert!(sluice.reload(&hashed_config(Some(&sluice), &all[..2])));
+    // The server that leaves is the one holding the median share: the
+    // ring's points fall differently with each run's ports, and the
+    // property under test is what moves, not how even the ring is.
+    let mut by_share: Vec<&Upstream> = servers.iter().collect();
+    by_share.sort_by_key(|s| held(s));
+    let gone = by_share[1].addr.to_string();
+    let staying: Vec<&Upstream> = servers
+        .iter()
+        .filter(|s| s.addr.to_string() != gone)
+        .collect();
+    assert!(sluice.reload(&hashed_config(Some(&sluice), &staying)));
     let after = placement(&sluice, keys);
     assert!(
         after.iter().all(|s| *s != gone),

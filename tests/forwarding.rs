@@ -12,6 +12,7 @@ use std::time::Duration;
 fn forwarding_config(upstream: &Upstream) -> String {
     format!(
         r#"
+client_ip: {{ trusted_proxies: [127.0.0.1/32] }}
 upstreams:
   api: {{ servers: ["127.0.0.1:{port}"] }}
 routes:
@@ -25,7 +26,7 @@ routes:
       add: {{ x-trace: "{{request_id}}" }}
       remove: [x-debug]
     response_headers:
-      set: {{ x-frame-options: DENY }}
+      set: {{ x-frame-options: DENY, x-seen-as: "{{client_ip}}" }}
       remove: [x-powered-by]
   - name: v1
     match: {{ path_prefix: /v1/ }}
@@ -83,6 +84,7 @@ fn the_upstream_gets_the_host_and_headers_the_route_says() {
             ("X-Debug", "1"),
             ("X-Env", "forged"),
             ("X-Trace", "client"),
+            ("X-Forwarded-For", "203.0.113.9"),
         ],
     );
     assert_eq!(response.status, 200);
@@ -95,7 +97,7 @@ fn the_upstream_gets_the_host_and_headers_the_route_says() {
     assert_eq!(upstream.last_header("x-env").as_deref(), Some("prod"));
     assert_eq!(
         upstream.last_header("x-client-ip").as_deref(),
-        Some("127.0.0.1")
+        Some("203.0.113.9")
     );
     assert_eq!(
         upstream.last_header("x-route").as_deref(),
@@ -111,6 +113,7 @@ fn the_upstream_gets_the_host_and_headers_the_route_says() {
     // The response: the upstream's X-Powered-By gone, the route's header set.
     assert_eq!(response.header("x-powered-by"), None);
     assert_eq!(response.header("x-frame-options"), Some("DENY"));
+    assert_eq!(response.header("x-seen-as"), Some("203.0.113.9"));
 
     assert_eq!(
         sluice
