@@ -1,4 +1,5 @@
-//! Upstream health checks: one background service that checks the pools of
+//! Upstream health checks and DNS refreshes: one background service that
+//! checks (and re-resolves) the pools of
 //! whatever [`GatewayState`](crate::state::GatewayState) is current, so that
 //! pools added by a reload are checked and removed ones stop being checked.
 
@@ -13,7 +14,8 @@ use std::time::{Duration, Instant};
 /// honoured to this granularity.
 const TICK: Duration = Duration::from_millis(250);
 
-/// Runs each upstream's TCP health check at its configured interval.
+/// Runs each upstream's TCP health check and DNS refresh at its configured
+/// interval.
 pub struct HealthChecks {
     state: SharedState,
 }
@@ -37,6 +39,10 @@ impl BackgroundService for HealthChecks {
                     // its connect timeout delays no other pool's check.
                     let upstream = Arc::clone(upstream);
                     tokio::spawn(async move { upstream.run_health_check().await });
+                }
+                if upstream.servers.claim_due_refresh(now) {
+                    let upstream = Arc::clone(upstream);
+                    tokio::spawn(async move { upstream.refresh_dns().await });
                 }
             }
             drop(state);

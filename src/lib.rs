@@ -38,6 +38,7 @@ pub mod request;
 pub mod request_id;
 pub mod respond;
 pub mod route;
+pub mod servers;
 pub mod state;
 pub mod sync;
 pub mod target;

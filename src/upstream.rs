@@ -1,12 +1,11 @@
 //! Upstream pools: Pingora load balancers over the resolved server addresses.
 
 use crate::balance::Balancer;
-use crate::config::{ResolvedServer, UpstreamConfig, UpstreamProtocol, UpstreamTls};
+use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use crate::passive::PassiveHealth;
+use crate::servers::{backend, Servers};
 use crate::sync::Locked;
-use arc_swap::ArcSwap;
 use http::HeaderValue;
-use pingora::lb::discovery::ServiceDiscovery;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::{Backend, Backends};
 use pingora::prelude::HttpPeer;
@@ -14,7 +13,6 @@ use pingora::protocols::tls::CaType;
 use pingora::protocols::ALPN;
 use pingora::upstreams::peer::PeerOptions;
 use pingora::utils::tls::{parse_x509, WrappedX509};
-use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -37,6 +35,8 @@ pub struct Upstream {
     pool_key: u64,
     /// Servers taken out by their recent failures.
     pub passive: PassiveHealth,
+    /// The addresses its servers resolve to now.
+    pub servers: Servers,
 }
 
 /// The key that keeps an upstream's pooled connections its own. Pingora
@@ -60,37 +60,6 @@ fn pool_key(config: &UpstreamConfig) -> u64 {
 #[derive(Debug, Clone)]
 pub struct WrittenAddr(pub HeaderValue);
 
-/// The backends of `servers`: each with its entry's weight and its name as
-/// written.
-fn backends(config: &UpstreamConfig, servers: &[ResolvedServer]) -> BTreeSet<Backend> {
-    servers
-        .iter()
-        .filter_map(|server| {
-            let spec = config.addresses.get(server.spec)?;
-            let mut backend = Backend {
-                addr: pingora::protocols::l4::socket::SocketAddr::Inet(server.addr),
-                weight: spec.weight,
-                ext: http::Extensions::new(),
-            };
-            if let Ok(name) = HeaderValue::from_str(&spec.addr) {
-                backend.ext.insert(WrittenAddr(name));
-            }
-            Some(backend)
-        })
-        .collect()
-}
-
-/// Service discovery over addresses resolved off the serving threads (at
-/// load, and by each DNS refresh, which stores new ones here).
-struct Discovered(Arc<ArcSwap<BTreeSet<Backend>>>);
-
-#[async_trait::async_trait]
-impl ServiceDiscovery for Discovered {
-    async fn discover(&self) -> pingora::Result<(BTreeSet<Backend>, HashMap<u64, bool>)> {
-        Ok((BTreeSet::clone(&self.0.load()), HashMap::new()))
-    }
-}
-
 /// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
 fn trusted_cas(config: &UpstreamConfig) -> Option<Arc<CaType>> {
     let ders = config.tls.as_ref()?.ca_der.as_ref()?;
@@ -112,8 +81,7 @@ impl Upstream {
     /// Builds the pool for `config`. Addresses were resolved at config load,
     /// so this performs no DNS lookup.
     pub fn build(config: &UpstreamConfig) -> std::io::Result<Upstream> {
-        let resolved = ArcSwap::from_pointee(backends(config, &config.servers));
-        let discovery = Box::new(Discovered(Arc::new(resolved)));
+        let (servers, discovery) = Servers::new(config);
         let mut balancer = Balancer::new(&config.balance, Backends::new(discovery))?;
         let ca = trusted_cas(config);
         if config.health_check.is_some() {
@@ -135,6 +103,7 @@ impl Upstream {
             ca,
             pool_key: pool_key(config),
             passive: PassiveHealth::new(config.max_fails, config.fail_timeout),
+            servers,
         })
     }
 
@@ -214,16 +183,15 @@ impl Upstream {
     /// addresses passes the health check and is not out for its failures.
     pub fn server_up(&self, spec: usize) -> bool {
         let now = Instant::now();
-        self.config
-            .servers
+        let Some(written) = self.config.addresses.get(spec) else {
+            return false;
+        };
+        self.servers
+            .current()
             .iter()
             .filter(|s| s.spec == spec)
             .any(|s| {
-                let backend = Backend {
-                    addr: pingora::protocols::l4::socket::SocketAddr::Inet(s.addr),
-                    weight: self.config.addresses.get(spec).map_or(1, |a| a.weight),
-                    ext: http::Extensions::new(),
-                };
+                let backend = backend(s.addr, written);
                 self.balancer.backends().ready(&backend) && !self.passive.is_out(s.addr, now)
             })
     }
@@ -241,6 +209,17 @@ impl Upstream {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Resolves the servers' names again; when their addresses changed,
+    /// the balancer chooses among the new ones from then on (a server that
+    /// stays keeps its health).
+    pub async fn refresh_dns(&self) {
+        if self.servers.refresh().await {
+            if let Err(e) = self.balancer.update_now() {
+                log::warn!("upstream `{}`: new servers not taken: {e}", self.name());
+            }
         }
     }
 

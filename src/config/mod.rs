@@ -23,6 +23,7 @@ pub mod tls;
 mod validate;
 
 pub use crate::target::EscapedSlashes;
+pub use resolve::resolve_server;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -320,8 +321,13 @@ pub struct UpstreamConfig {
     pub name: String,
     /// Its servers as written (`host:port`), with their weights.
     pub addresses: Vec<ServerSpec>,
-    /// The addresses they resolved to when the file was loaded (non-empty).
+    /// The addresses they resolved to when the file was loaded (sorted by
+    /// entry and address; non-empty unless `dns_refresh` lets a name that
+    /// does not resolve yet wait for its next refresh).
     pub servers: Vec<ResolvedServer>,
+    /// How often names in `addresses` are resolved again (`None`: only when
+    /// the file is loaded).
+    pub dns_refresh: Option<Duration>,
     /// TCP health-check interval; `None` disables health checks.
     pub health_check: Option<Duration>,
     /// Connect timeout to a server.

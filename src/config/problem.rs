@@ -280,10 +280,7 @@ pub enum ProblemKind {
     /// `http://host:port` where `host:port` is meant.
     #[error("`{0}`: write host:port without a scheme")]
     ServerWithScheme(String),
-    /// DNS knows the name but gives no address.
-    #[error("`{0}` resolves to no address")]
-    ResolvesToNothing(String),
-    /// DNS failed.
+    /// DNS failed, or knows the name but gives no address.
     #[error("cannot resolve `{server}` (host:port): {error}")]
     Unresolvable {
         /// The server as written.

@@ -101,11 +101,11 @@ fn duplicates_are_rejected() {
 }
 
 #[test]
-fn unimplemented_features_say_so() {
-    let text = "upstreams:\n  api:\n    servers: [\"127.0.0.1:3000\"]\n    dns_refresh: 30s\n";
+fn a_dns_refresh_under_a_second_is_refused() {
+    let text = "upstreams:\n  api:\n    servers: [\"127.0.0.1:3000\"]\n    dns_refresh: 100ms\n";
     let err = error_of(text);
     assert!(
-        err.contains("dns_refresh") && err.contains("not supported yet"),
+        err.contains("test.yaml:4:18: `dns_refresh` must be at least 1s"),
         "{text}: {err}"
     );
 }

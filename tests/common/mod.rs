@@ -215,7 +215,13 @@ impl Upstream {
 
     /// Starts serving on `port` of 127.0.0.1 (0: a free one).
     pub fn start_on(port: u16) -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind upstream");
+        Self::start_at("127.0.0.1", port)
+    }
+
+    /// Starts serving on `port` of `ip` (any loopback address; port 0: a
+    /// free one).
+    pub fn start_at(ip: &str, port: u16) -> Self {
+        let listener = TcpListener::bind((ip, port)).expect("bind upstream");
         let addr = listener.local_addr().expect("upstream addr");
         let hits = Arc::new(AtomicUsize::new(0));
         let in_flight = Arc::new(AtomicUsize::new(0));

@@ -15,6 +15,7 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
     c.name(&path, name, "upstream");
     let balance = balance(c, &path, f);
     let fail_timeout = fail_timeout(c, &path, f);
+    let dns_refresh = dns_refresh(c, &path, f);
     if f.servers.is_empty() {
         let kind = ProblemKind::NeedsOne {
             key: "servers",
@@ -84,17 +85,27 @@ pub(super) fn upstream(c: &mut Checker, name: &str, f: &UpstreamFile) -> Upstrea
         balance,
         max_fails: f.max_fails.unwrap_or(defaults::MAX_FAILS),
         fail_timeout,
+        dns_refresh,
     }
 }
 
-/// `fail_timeout:` (more than zero); `dns_refresh` is refused for now.
-fn fail_timeout(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> Duration {
-    if f.dns_refresh.is_some() {
-        c.problem(
-            &path.key("dns_refresh"),
-            ProblemKind::NotSupported("`dns_refresh`"),
-        );
+/// `dns_refresh:` (at least 1s), when given.
+fn dns_refresh(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> Option<Duration> {
+    let text = f.dns_refresh.as_deref()?;
+    let at = path.key("dns_refresh");
+    let value = c.duration(&at, Some(text), Duration::from_secs(30));
+    if value < Duration::from_secs(1) {
+        let kind = ProblemKind::AtLeast {
+            key: "dns_refresh",
+            min: "1s",
+        };
+        c.problem(&at, kind);
     }
+    Some(value)
+}
+
+/// `fail_timeout:` (more than zero).
+fn fail_timeout(c: &mut Checker, path: &KeyPath, f: &UpstreamFile) -> Duration {
     let at = path.key("fail_timeout");
     let value = c.duration(&at, f.fail_timeout.as_deref(), defaults::FAIL_TIMEOUT);
     if value.is_zero() {
