@@ -15,7 +15,7 @@ use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
 use crate::upstream::Upstream;
 use http::HeaderValue;
-use pingora::http::RequestHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The peer of a connection that is not over IP, as the gateway sees it.
@@ -63,6 +63,11 @@ pub struct RequestCtx {
     pub attempts: u32,
     /// The servers tried, in order.
     pub tried: Vec<std::net::SocketAddr>,
+    /// It is a CORS preflight, answered by sluice.
+    pub preflight: bool,
+    /// Its `Access-Control-Allow-Origin`, when its route answers CORS and
+    /// its origin is allowed.
+    pub cors_origin: Option<HeaderValue>,
 }
 
 impl RequestCtx {
@@ -88,6 +93,8 @@ impl RequestCtx {
             body_too_large: false,
             attempts: 0,
             tried: Vec::new(),
+            preflight: false,
+            cors_origin: None,
         }
     }
 
@@ -124,15 +131,22 @@ impl RequestCtx {
                 .request_id
                 .as_ref()
                 .map(|id| (&server.request_id_header, id)),
+            cors: self
+                .route()
+                .and_then(|r| r.forward.cors.as_ref())
+                .map(|policy| (policy, self.cors_origin.as_ref())),
         }
     }
 
     /// Takes in where the request goes and what to send upstream.
-    pub fn routed(&mut self, routed: Routed) {
+    pub fn routed(&mut self, routed: Routed, head: &RequestHeader) {
         self.route = Some(routed.route);
         self.path = routed.rewritten_path;
         self.upstream_target = routed.upstream_target;
         self.upstream_host = routed.upstream_host;
+        self.preflight = routed.preflight;
+        let cors = self.route().and_then(|r| r.forward.cors.as_ref());
+        self.cors_origin = cors.and_then(|policy| crate::cors::allowed_origin(policy, head));
     }
 
     /// Takes in what the limits said, for the headers and the access log.
@@ -218,9 +232,29 @@ impl RequestCtx {
         }
     }
 
+    /// Adds to the upstream's response what the client gets from sluice:
+    /// the rate-limit headers, the request ID and CORS, then the route's
+    /// `response_headers` edits.
+    pub fn dress_response(&self, response: &mut ResponseHeader) -> pingora::Result<()> {
+        for (name, value) in policy::rate_headers(&self.state, self.route(), &self.rate) {
+            response.insert_header(name, value)?;
+        }
+        let voice = self.voice();
+        if let Some((name, id)) = voice.request_id {
+            response.insert_header(name.clone(), id.clone())?;
+        }
+        if let Some((policy, allowed)) = voice.cors {
+            crate::cors::dress(response, policy, allowed)?;
+        }
+        if let Some((edits, values)) = self.response_edits() {
+            crate::forward::edit(response, edits, &values)?;
+        }
+        Ok(())
+    }
+
     /// The response edits of the route, with this request's values; `None`
     /// when the route edits nothing.
-    pub fn response_edits(&self) -> Option<(&HeaderEdits, Values<'_>)> {
+    fn response_edits(&self) -> Option<(&HeaderEdits, Values<'_>)> {
         let route = self
             .route()
             .filter(|r| !r.forward.response_headers.is_empty())?;

@@ -18,6 +18,7 @@ pub mod attempt;
 pub mod balance;
 pub mod config;
 pub mod context;
+pub mod cors;
 pub mod drain;
 pub mod exempt;
 pub mod fast_stop;

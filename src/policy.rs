@@ -309,6 +309,8 @@ pub struct Routed {
     pub upstream_target: Option<Vec<u8>>,
     /// The `Host` to send upstream, for absolute-form without one.
     pub upstream_host: Option<Vec<u8>>,
+    /// It is a CORS preflight for a route that answers CORS.
+    pub preflight: bool,
 }
 
 /// Matches the canonical request to a route: 400 when it cannot be made
@@ -322,18 +324,57 @@ pub fn route(
         log::debug!("bad request target: {e}");
         Rejection::BadRequest
     })?;
-    let found = state.routes.find(
-        head.method.as_str(),
-        canonical.host.as_deref(),
-        &canonical.path,
-    );
+    let host = canonical.host.as_deref();
+    // A CORS preflight is routed as the request it asks about, to a route
+    // that answers CORS; elsewhere it is an OPTIONS like any other.
+    let preflight = crate::cors::preflight_method(head)
+        .and_then(|asked| state.routes.find(asked, host, &canonical.path))
+        .filter(|&i| state.compiled[i].forward.cors.is_some());
+    let found = preflight.or_else(|| {
+        state
+            .routes
+            .find(head.method.as_str(), host, &canonical.path)
+    });
     let route = found.ok_or(Rejection::NotFound)?;
     Ok(Routed {
         route,
         rewritten_path: canonical.rewritten_path,
         upstream_target: canonical.upstream_target,
         upstream_host: canonical.upstream_host,
+        preflight: preflight.is_some(),
     })
+}
+
+/// An answer made before the limits.
+#[derive(Debug)]
+pub enum Early<'a> {
+    /// A reply of the gateway's own (a preflight's).
+    Reply(Reply),
+    /// A refusal.
+    Reject(Rejection<'a>),
+}
+
+/// What a request gets before any limit counts it, if anything: a CORS
+/// preflight's `204`, or a `413` for a declared body over the route's cap.
+pub fn before_limits<'r>(
+    head: &RequestHeader,
+    route: &'r CompiledRoute,
+    ctx: &mut crate::context::RequestCtx,
+) -> Option<Early<'r>> {
+    if ctx.preflight {
+        let cors = route.forward.cors.as_ref()?;
+        let headers = match ctx.cors_origin {
+            Some(_) => crate::cors::preflight_headers(cors, head),
+            None => Vec::new(),
+        };
+        return Some(Early::Reply(fixed_reply(204, "", headers)));
+    }
+    if declared_body_over(head, route.max_body_bytes) {
+        ctx.body_too_large = true;
+        let route = Some(route.name.as_str());
+        return Some(Early::Reject(Rejection::PayloadTooLarge { route }));
+    }
+    None
 }
 
 /// Whether `head` declares (`Content-Length`) a body longer than `cap`

@@ -78,13 +78,9 @@ impl ProxyHttp for Gateway {
             }
         };
         let route = &state.compiled[routed.route];
-        ctx.routed(routed);
-        if policy::declared_body_over(session.req_header(), route.max_body_bytes) {
-            ctx.body_too_large = true;
-            let rejection = Rejection::PayloadTooLarge {
-                route: Some(&route.name),
-            };
-            return respond::reject(session, &rejection, &ctx.voice()).await;
+        ctx.routed(routed, session.req_header());
+        if let Some(early) = policy::before_limits(session.req_header(), route, ctx) {
+            return respond::early(session, early, &ctx.voice()).await;
         }
         let view = RequestView {
             head: session.req_header(),
@@ -174,15 +170,7 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        for (name, value) in policy::rate_headers(&ctx.state, ctx.route(), &ctx.rate) {
-            upstream_response.insert_header(name, value)?;
-        }
-        if let Some((name, id)) = ctx.voice().request_id {
-            upstream_response.insert_header(name.clone(), id.clone())?;
-        }
-        if let Some((edits, values)) = ctx.response_edits() {
-            crate::forward::edit(upstream_response, edits, &values)?;
-        }
+        ctx.dress_response(upstream_response)?;
         // Deferred limits count now that the response head is known.
         if let Some(held) = ctx.leases.as_mut() {
             let state = Arc::clone(&ctx.state);

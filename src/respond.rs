@@ -2,6 +2,7 @@
 //! gRPC's trailers-only form for a gRPC call), fixed replies, the answer to
 //! an upstream failure, and the wait of a delayed request.
 
+use crate::config::forward::CorsPolicy;
 use crate::context::RequestCtx;
 use crate::metrics::Metrics;
 use crate::policy::{self, HeldLeases, Rejection, Reply};
@@ -67,6 +68,20 @@ pub struct Voice<'a> {
     pub server: Option<&'a str>,
     /// The request ID header and the request's ID.
     pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
+    /// The route's CORS policy and the request's allowed origin, if any.
+    pub cors: Option<(&'a CorsPolicy, Option<&'a HeaderValue>)>,
+}
+
+/// Writes an answer made before the limits.
+pub async fn early(
+    session: &mut Session,
+    early: policy::Early<'_>,
+    voice: &Voice<'_>,
+) -> Result<bool> {
+    match early {
+        policy::Early::Reply(reply) => respond(session, reply, voice).await,
+        policy::Early::Reject(rejection) => reject(session, &rejection, voice).await,
+    }
 }
 
 /// Writes a rejection: in gRPC's form for a gRPC call, else as JSON.
@@ -93,7 +108,12 @@ pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> 
     if let Some((name, id)) = voice.request_id {
         response.insert_header(name.clone(), id.clone())?;
     }
-    response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
+    if let Some((policy, allowed)) = voice.cors {
+        crate::cors::dress(&mut response, policy, allowed)?;
+    }
+    if reply.status != 204 {
+        response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
+    }
     let trailers_only = reply.content_type == "application/grpc";
     for (name, value) in reply.headers {
         response.insert_header(name, value)?;
@@ -114,8 +134,13 @@ pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> 
         }
     }
     // Over HTTP/1.1 (no gRPC client speaks it) it is an empty response.
-    response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
-    let head_only = trailers_only || session.req_header().method == http::Method::HEAD;
+    // A 204 has neither a body nor a length (RFC 9110, 8.6).
+    let no_content = reply.status == 204;
+    if !no_content {
+        response.insert_header(header::CONTENT_LENGTH, reply.body.len())?;
+    }
+    let head_only =
+        no_content || trailers_only || session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(response), head_only)
         .await?;

@@ -24,6 +24,37 @@ pub struct ForwardConfig {
     pub timeouts: RouteTimeouts,
     /// Further tries after a failed one.
     pub retries: Retries,
+    /// Cross-origin requests from browsers (`cors:`), answered by sluice.
+    pub cors: Option<CorsPolicy>,
+}
+
+/// `cors:` of a route, with its response header values made once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorsPolicy {
+    /// The origins whose pages may call the route.
+    pub origins: CorsOrigins,
+    /// `Access-Control-Allow-Methods` of a preflight's answer.
+    pub allow_methods: HeaderValue,
+    /// `Access-Control-Allow-Headers` of a preflight's answer; `None`: the
+    /// headers the preflight asks for.
+    pub allow_headers: Option<HeaderValue>,
+    /// `Access-Control-Expose-Headers`: `expose`, `Retry-After`, the
+    /// rate-limit headers and the request ID header.
+    pub expose: HeaderValue,
+    /// `Access-Control-Max-Age` (seconds); `None`: not sent.
+    pub max_age: Option<HeaderValue>,
+    /// `Access-Control-Allow-Credentials: true` is sent.
+    pub credentials: bool,
+}
+
+/// `cors.origins`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// `["*"]`: any origin (answered `*`; never with credentials).
+    Any,
+    /// These origins (`scheme://host[:port]`, lower case), each answered
+    /// with itself.
+    Listed(Vec<String>),
 }
 
 /// `timeouts:` of a route: each set one replaces the upstream's.

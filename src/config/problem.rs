@@ -516,6 +516,12 @@ pub enum ProblemKind {
     /// `hash_key` on an upstream that does not hash.
     #[error("`hash_key` chooses a server only with `balance: consistent_hash`")]
     HashKeyWithoutHashing,
+    /// A `cors.origins` entry that is not an origin.
+    #[error("`{0}` is not an origin: write scheme://host[:port] (no path, no trailing slash), or \"*\" alone")]
+    BadOrigin(String),
+    /// `cors.origins: ["*"]` with `credentials: true`.
+    #[error("browsers refuse credentials from a page of any origin: list the origins, or set `credentials: false`")]
+    AnyOriginWithCredentials,
     /// `upstream_host` that is not a host name.
     #[error("`upstream_host` is preserve, upstream or a host name (host[:port]), not `{0}`")]
     BadUpstreamHost(String),

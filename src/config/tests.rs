@@ -679,3 +679,30 @@ fn count_when_and_cost_from_are_checked() {
         assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
     }
 }
+
+#[test]
+fn cors_that_browsers_would_refuse_is_refused() {
+    let route = |cors: &str| format!("routes:\n  - name: a\n    respond: {{}}\n    cors: {cors}\n");
+    let err = error_of(&route("{origins: [\"*\"], credentials: true}"));
+    assert!(
+        err.contains("test.yaml:4:41: browsers refuse credentials"),
+        "{err}"
+    );
+    let err = error_of(&route("{origins: [\"https://app.example.com/\"]}"));
+    assert!(
+        err.contains("test.yaml:4:22: `https://app.example.com/` is not an origin"),
+        "{err}"
+    );
+    let err = error_of(&route("{origins: []}"));
+    assert!(
+        err.contains("test.yaml:4:21: `origins` needs at least one"),
+        "{err}"
+    );
+    let err = error_of(&route("{origins: [\"*\"], headers: [\"bad header\"]}"));
+    assert!(
+        err.contains("`bad header` is not a valid header name"),
+        "{err}"
+    );
+    let err = error_of(&route("{origins: [\"*\"], methods: [\"GE T\"]}"));
+    assert!(err.contains("`GE T` is not an HTTP method"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! A route's `rewrite`, `upstream_host`, `request_headers`,
 //! `response_headers`, `timeouts` and `retries`: what it changes on the way
-//! upstream and back, and how it tries.
+//! upstream and back, and how it tries (`cors` has its own module).
 
 use super::super::checker::Checker;
 use super::super::file::{HeaderEditsFile, RetriesFile, RewriteFile, RouteFile, RouteTimeoutsFile};
@@ -46,9 +46,6 @@ pub(super) fn forward(
     path_match: &PathMatch,
     request_id: &HeaderName,
 ) -> ForwardConfig {
-    if f.cors.is_some() {
-        c.problem(&at.key("cors"), ProblemKind::NotSupported("`cors`"));
-    }
     ForwardConfig {
         rewrite: f
             .rewrite
@@ -79,6 +76,10 @@ pub(super) fn forward(
             .as_ref()
             .map(|r| retries(c, &at.key("retries"), r))
             .unwrap_or_default(),
+        cors: f
+            .cors
+            .as_ref()
+            .map(|f| super::cors::cors(c, &at.key("cors"), f, request_id)),
     }
 }
 

@@ -4,6 +4,7 @@
 //! through the [`Checker`] by typed [`KeyPath`]. Upstream names are resolved
 //! afterwards, outside validation (`config/resolve.rs`).
 
+mod cors;
 mod exempt;
 mod forward;
 mod limit;
