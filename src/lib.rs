@@ -46,3 +46,4 @@ pub mod target;
 pub mod tls;
 pub mod upstream;
 pub mod usage;
+pub mod watch;

@@ -1,4 +1,5 @@
-//! `SIGHUP` reload (docs/operations.md): read and validate the file again, build a new
+//! `SIGHUP` reload (docs/operations.md), and with `server.watch_config` a reload
+//! when the file changes: read and validate the file again, build a new
 //! [`GatewayState`] and swap it in for new requests.
 //!
 //! Any error — unreadable file, invalid config, key material that does not
@@ -12,6 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::state::{BuildError, GatewayState, SharedState};
 use crate::sync::Locked;
+use crate::watch::{ConfigWatch, POLL};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -105,7 +107,8 @@ impl ReloadJob {
                 }
             })?;
         // Of the server settings only `access_log`, the front-door limits,
-        // `server_header` and the TLS listeners' certificates are reloadable
+        // `server_header`, `watch_config` and the TLS listeners' certificates
+        // are reloadable
         // (new connections and handshakes take them); the others keep their
         // running values (reported in `changes.needs_restart`).
         let reloaded = std::mem::replace(&mut next.config.server, current.config.server.clone());
@@ -113,6 +116,7 @@ impl ReloadJob {
         server.access_log = reloaded.access_log;
         server.front_door = reloaded.front_door;
         server.server_header = reloaded.server_header;
+        server.watch_config = reloaded.watch_config;
         for listener in &mut server.tls {
             if let Some(new) = reloaded.tls.iter().find(|n| n.listen == listener.listen) {
                 listener.certs = new.certs.clone();
@@ -122,9 +126,9 @@ impl ReloadJob {
         Ok(changes)
     }
 
-    /// Reloads and logs the outcome.
-    fn reload_and_log(&self) {
-        log::info!("SIGHUP: reloading {}", self.path.display());
+    /// Reloads and logs the outcome, and why it reloads (`cause`).
+    fn reload_and_log(&self, cause: &str) {
+        log::info!("{cause}: reloading {}", self.path.display());
         match self.reload() {
             Ok(changes) => {
                 if changes.is_empty() {
@@ -162,26 +166,34 @@ impl BackgroundService for Reloader {
             }
         };
         let mut buffer = [0u8; 64];
+        let mut watch = ConfigWatch::new(&self.job.path);
         loop {
-            tokio::select! {
+            let cause = tokio::select! {
                 _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(POLL) => {
+                    let watching = self.job.state.load().config.server.watch_config;
+                    if !(watching && watch.changed()) {
+                        continue;
+                    }
+                    "config file changed"
+                }
                 read = hangups.read(&mut buffer) => match read {
                     // Several signals may have arrived at once: one reload
                     // reads the file as it is now, which covers them all.
-                    Ok(n) if n > 0 => {
-                        let job = self.job.clone();
-                        if let Err(e) = tokio::task::spawn_blocking(move || job.reload_and_log()).await {
-                            log::error!("config reload did not finish: {e}");
-                        }
-                    }
+                    Ok(n) if n > 0 => "SIGHUP",
                     Ok(_) => return,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         log::error!("SIGHUP reload stopped: {e}");
                         return;
                     }
                 },
+            };
+            let job = self.job.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || job.reload_and_log(cause)).await {
+                log::error!("config reload did not finish: {e}");
             }
+            watch.reloaded();
         }
     }
 }

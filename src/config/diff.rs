@@ -51,6 +51,12 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             if new.server.access_log { "on" } else { "off" }
         ));
     }
+    if old.server.watch_config != new.server.watch_config {
+        d.applied.push(format!(
+            "server.watch_config {}",
+            if new.server.watch_config { "on" } else { "off" }
+        ));
+    }
     if old.server.front_door != new.server.front_door {
         d.applied
             .push("server connection limits modified (new connections use them)".into());

@@ -3,8 +3,8 @@
 //! Every struct denies unknown keys, so a typo is an error rather than a silently
 //! disabled limit. Values are kept close to their written form (durations as
 //! strings, names unchecked); `validate` turns them into the internal `Config`.
-//! Keys that DESIGN names but sluice does not implement yet are accepted here as
-//! raw values so that validation can say "not supported yet" instead of "unknown".
+//! A key planned but not implemented yet is accepted here as a raw value, so
+//! that validation can say "not supported yet" instead of "unknown".
 
 use super::{Backend, EscapedSlashes, HeaderStyle, OnError, OnMissing, UpstreamProtocol};
 use serde::Deserialize;
@@ -154,7 +154,7 @@ pub struct LimiterFile {
 #[serde(deny_unknown_fields)]
 pub struct RedisFile {
     pub url: Option<String>,
-    /// Non-empty is not supported yet.
+    /// Redis Cluster seed nodes; non-empty selects cluster mode.
     #[serde(default)]
     pub cluster: Vec<String>,
     pub timeout: Option<String>,

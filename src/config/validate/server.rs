@@ -91,10 +91,6 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     });
     let tls = tls_listeners(c, s, &listen, &admin);
     let request_id_header = request_id_header(c, s, &d.request_id_header);
-    if s.watch_config == Some(true) {
-        let what = "`watch_config: true`";
-        c.problem(&at("watch_config"), ProblemKind::NotSupported(what));
-    }
     ServerConfig {
         tls,
         request_id_header,
