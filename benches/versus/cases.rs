@@ -26,6 +26,7 @@ pub struct Case {
 pub const NGINX_LIMIT_REQ: &str = "nginx limit_req";
 pub const NGINX_LUA: &str = "nginx + Lua + Redis (sliding_log)";
 pub const SLUICE_NOLIMIT: &str = "sluice, no limit";
+pub const SLUICE_FORWARDING: &str = "sluice, no limit, rewrite + 2 header edits";
 pub const SLUICE_LOG: &str = "sluice + Redis, sliding_log";
 pub const SLUICE_WINDOW: &str = "sluice + Redis, sliding_window";
 pub const SLUICE_LOCAL: &str = "sluice, backend: local";
@@ -205,6 +206,9 @@ struct SluiceRun<'a> {
     work_stealing: bool,
     /// Whether it uses the Redis Cluster instead of the single server.
     cluster: bool,
+    /// Whether its route rewrites the path and edits a request and a
+    /// response header (what fronting an existing API costs).
+    forwarding: bool,
     binary: &'a Path,
 }
 
@@ -219,6 +223,7 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
         threads,
         work_stealing,
         cluster: false,
+        forwarding: false,
         binary,
     };
     let log = Some("sliding_log");
@@ -226,6 +231,13 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
         (
             SLUICE_NOLIMIT,
             run("redis", "nolimit:", None, 1, false, current),
+        ),
+        (
+            SLUICE_FORWARDING,
+            SluiceRun {
+                forwarding: true,
+                ..run("redis", "forwarding:", None, 1, false, current)
+            },
         ),
         (SLUICE_LOG, run("redis", "log:", log, 1, false, current)),
         (
@@ -290,7 +302,7 @@ impl SluiceRun<'_> {
             "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: {threads}\n{stealing}  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
              limiter:\n  backend: {backend}\n  redis: {{ {server}, timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
-             routes:\n  - name: bench\n    upstream: api\n{limits}",
+             routes:\n  - name: bench\n    upstream: api\n{forwarding}{limits}",
             pid = run_dir.join("pid").display(),
             sock = run_dir.join("sock").display(),
             server = if self.cluster {
@@ -299,6 +311,7 @@ impl SluiceRun<'_> {
                 format!("url: \"{}\"", redis.url())
             },
             backend = self.backend,
+            forwarding = if self.forwarding { FORWARDING } else { "" },
             prefix = self.prefix,
             threads = self.threads,
             stealing = if self.work_stealing { "" } else { "  work_stealing: false\n" },
@@ -312,6 +325,11 @@ impl SluiceRun<'_> {
         Sluice::start_binary(self.binary, &config, addr, admin, &[("RUST_LOG", "warn")])
     }
 }
+
+/// The forwarding case's route: every path rewritten under `/v1`, the
+/// client IP set on the request and a header set on the response (the
+/// request ID, on in every case, is the third).
+const FORWARDING: &str = "    match: { path_prefix: / }\n    rewrite: { prefix: /v1/ }\n    request_headers: { set: { x-client-ip: \"{client_ip}\" } }\n    response_headers: { set: { x-frame-options: DENY } }\n";
 
 /// Starts nginx (master + one worker); returns it, its address and the
 /// worker's pid.

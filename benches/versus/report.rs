@@ -341,6 +341,7 @@ fn figure(
 fn floor_targets(samples: &HashMap<(&str, &str), Vec<Sample>>) -> Vec<Target> {
     let rps = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.rps);
     let redis_cpu = |case: &str| figure(samples, "allowed", case, |x| x.redis_cpu_us);
+    let cpu = |case: &str| figure(samples, "allowed", case, |x| x.server_cpu_us);
     let non_2xx: u64 = samples
         .iter()
         .filter(|((scenario, _), _)| *scenario == "allowed")
@@ -352,6 +353,12 @@ fn floor_targets(samples: &HashMap<(&str, &str), Vec<Sample>>) -> Vec<Target> {
             rps("allowed", SLUICE_NOLIMIT) / rps("allowed", BARE),
             0.97,
             true,
+        ),
+        (
+            "sluice with a rewrite, 2 header edits and a request ID ≤ 1.05× sluice without limits, CPU per request (allowed)".into(),
+            cpu(SLUICE_FORWARDING) / cpu(SLUICE_NOLIMIT),
+            1.05,
+            false,
         ),
         (
             "sluice + Redis sliding_log ≥ 1.0× nginx + Lua + Redis (allowed)".into(),
