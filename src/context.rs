@@ -8,7 +8,7 @@ use crate::config::Balance;
 use crate::config::RouteAction;
 use crate::forward::{rewritten_target, Values};
 use crate::policy;
-use crate::policy::{HeldLeases, LimitReport, RateEntry, Routed, Verdict};
+use crate::policy::{Early, HeldLeases, LimitReport, RateEntry, Rejection, Routed, Verdict};
 use crate::request::{request_path, UpstreamRewrite};
 use crate::request_id::request_id;
 use crate::respond::Voice;
@@ -147,6 +147,29 @@ impl RequestCtx {
         self.preflight = routed.preflight;
         let cors = self.route().and_then(|r| r.forward.cors.as_ref());
         self.cors_origin = cors.and_then(|policy| crate::cors::allowed_origin(policy, head));
+    }
+
+    /// What a request gets before any limit counts it, if anything: a CORS
+    /// preflight's `204`, or a `413` for a declared body over the route's cap.
+    pub fn before_limits<'r>(
+        &mut self,
+        head: &RequestHeader,
+        route: &'r CompiledRoute,
+    ) -> Option<Early<'r>> {
+        if self.preflight {
+            let cors = route.forward.cors.as_ref()?;
+            let headers = match self.cors_origin {
+                Some(_) => crate::cors::preflight_headers(cors, head),
+                None => Vec::new(),
+            };
+            return Some(Early::Reply(policy::fixed_reply(204, "", headers)));
+        }
+        if policy::declared_body_over(head, route.max_body_bytes) {
+            self.body_too_large = true;
+            let route = Some(route.name.as_str());
+            return Some(Early::Reject(Rejection::PayloadTooLarge { route }));
+        }
+        None
     }
 
     /// Takes in what the limits said, for the headers and the access log.

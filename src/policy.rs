@@ -354,29 +354,6 @@ pub enum Early<'a> {
     Reject(Rejection<'a>),
 }
 
-/// What a request gets before any limit counts it, if anything: a CORS
-/// preflight's `204`, or a `413` for a declared body over the route's cap.
-pub fn before_limits<'r>(
-    head: &RequestHeader,
-    route: &'r CompiledRoute,
-    ctx: &mut crate::context::RequestCtx,
-) -> Option<Early<'r>> {
-    if ctx.preflight {
-        let cors = route.forward.cors.as_ref()?;
-        let headers = match ctx.cors_origin {
-            Some(_) => crate::cors::preflight_headers(cors, head),
-            None => Vec::new(),
-        };
-        return Some(Early::Reply(fixed_reply(204, "", headers)));
-    }
-    if declared_body_over(head, route.max_body_bytes) {
-        ctx.body_too_large = true;
-        let route = Some(route.name.as_str());
-        return Some(Early::Reject(Rejection::PayloadTooLarge { route }));
-    }
-    None
-}
-
 /// Whether `head` declares (`Content-Length`) a body longer than `cap`
 /// (0: no cap). A chunked body is counted as it arrives instead.
 pub fn declared_body_over(head: &RequestHeader, cap: u64) -> bool {

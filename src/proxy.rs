@@ -79,7 +79,7 @@ impl ProxyHttp for Gateway {
         };
         let route = &state.compiled[routed.route];
         ctx.routed(routed, session.req_header());
-        if let Some(early) = policy::before_limits(session.req_header(), route, ctx) {
+        if let Some(early) = ctx.before_limits(session.req_header(), route) {
             return respond::early(session, early, &ctx.voice()).await;
         }
         let view = RequestView {
