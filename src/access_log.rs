@@ -59,6 +59,9 @@ pub struct AccessLogLine<'a> {
     pub client: IpAddr,
     /// The request's ID, as returned to the client and sent upstream.
     pub request_id: Option<&'a str>,
+    /// The consumer whose API key the request carried (never the key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<&'a str>,
 }
 
 impl AccessLogLine<'_> {
@@ -179,6 +182,7 @@ mod tests {
             source: Some("redis"),
             client: IpAddr::from([192, 0, 2, 1]),
             request_id: Some("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
+            consumer: Some("acme"),
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));
@@ -229,6 +233,7 @@ mod tests {
             source: None,
             client: IpAddr::from([127, 0, 0, 1]),
             request_id: None,
+            consumer: None,
         };
         for _ in 0..5 {
             log.write(&line);

@@ -246,6 +246,11 @@ impl RequestCtx {
             target,
             host,
             remove: self.state.identity.trusted_header().filter(|_| !trusted),
+            consumer: self
+                .state
+                .identity
+                .api_keys()
+                .map(|keys| (keys.header.as_str(), self.user.as_deref())),
             forwarded_for: peer,
             request_id: self
                 .request_id
@@ -357,6 +362,11 @@ impl RequestCtx {
             source: verdict.map(|v| v.source.label()),
             client,
             request_id: ctx.request_id.as_ref().and_then(|id| id.to_str().ok()),
+            consumer: state
+                .identity
+                .api_keys()
+                .and(ctx.user.as_deref())
+                .and_then(|id| std::str::from_utf8(id).ok()),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Who the key part `user` is (docs/configuration.md, `identity`): a verified JWT claim, or
-//! a header set by a trusted auth layer.
+//! Who the key part `user` is (docs/configuration.md, `identity`): a verified JWT claim,
+//! a header set by a trusted auth layer, or the consumer an API key belongs to.
 //!
 //! A token is believed only once its signature verifies with the configured
 //! key and algorithms and its `exp` / `nbf` hold; only then is its claim used.
@@ -7,9 +7,13 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
+use crate::config::consumers::{Consumers, Failures};
 use crate::config::{IdentityConfig, JwtConfig, JwtKey};
+use crate::metrics::IdentityMetrics;
 use jsonwebtoken::{decode, DecodingKey, Validation};
+use prometheus::IntCounter;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// The identity of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,23 @@ pub struct Established<'a> {
     pub user: User<'a>,
     /// The verified token's claims, if a token verified.
     pub claims: Option<Claims>,
+    /// The plan of the consumer whose API key the request carries.
+    pub plan: Option<Arc<str>>,
+    /// An API key was sent that no consumer has (or sent twice): it counts
+    /// against the client's `failures`.
+    pub unknown_key: bool,
+}
+
+impl<'a> Established<'a> {
+    /// Just `user`: no claims, no plan, no unknown key.
+    fn user(user: User<'a>) -> Self {
+        Established {
+            user,
+            claims: None,
+            plan: None,
+            unknown_key: false,
+        }
+    }
 }
 
 /// What a request carries under one header name.
@@ -55,22 +76,92 @@ pub enum Identity {
     Header(String),
     /// A verified bearer token.
     Jwt(Box<JwtVerifier>),
+    /// An API key a consumers store knows.
+    ApiKey(ApiKeys),
+}
+
+/// API keys, looked up by their hash among the consumers.
+pub struct ApiKeys {
+    /// The header carrying the key (lower case).
+    pub header: String,
+    consumers: Arc<Consumers>,
+    required: bool,
+    /// Unknown keys one client IP may send per window.
+    pub failures: Failures,
+    hits: IntCounter,
+    misses: IntCounter,
+    /// `sluice_identity_failures_total`.
+    pub failed: IntCounter,
+}
+
+impl ApiKeys {
+    /// The identity a key header's values establish.
+    fn establish<'a>(&self, sent: HeaderValues<'_>) -> Established<'a> {
+        let key = match sent {
+            HeaderValues::Absent => return Established::user(User::Absent),
+            HeaderValues::One(key) if !key.is_empty() => key,
+            _ => {
+                let mut unknown = Established::user(User::Invalid("API key sent more than once"));
+                unknown.unknown_key = true;
+                return unknown;
+            }
+        };
+        match self.consumers.find(key) {
+            Some(consumer) => {
+                self.hits.inc();
+                let id = Cow::Owned(consumer.id.as_bytes().to_vec());
+                let mut known = Established::user(User::Known(id));
+                known.plan = consumer.plan.clone();
+                known
+            }
+            None => {
+                self.misses.inc();
+                let mut unknown = Established::user(User::Invalid("unknown API key"));
+                unknown.unknown_key = true;
+                unknown
+            }
+        }
+    }
 }
 
 impl Identity {
     /// Builds the verifier. Fails only if key material that validation
     /// accepted cannot be parsed again (it can not, in practice).
-    pub fn new(config: &IdentityConfig) -> Result<Self, jsonwebtoken::errors::Error> {
+    pub fn new(
+        config: &IdentityConfig,
+        metrics: &IdentityMetrics,
+    ) -> Result<Self, jsonwebtoken::errors::Error> {
         Ok(match config {
             IdentityConfig::None => Identity::None,
             IdentityConfig::Header(name) => Identity::Header(name.clone()),
             IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt)?)),
+            IdentityConfig::ApiKey(keys) => Identity::ApiKey(ApiKeys {
+                header: keys.header.clone(),
+                consumers: Arc::clone(&keys.consumers),
+                required: keys.required,
+                failures: keys.failures,
+                hits: metrics.lookups.with_label_values(&["file", "hit"]),
+                misses: metrics.lookups.with_label_values(&["file", "miss"]),
+                failed: metrics.failures.clone(),
+            }),
         })
     }
 
     /// Whether a request without a valid identity must be refused (401).
     pub fn required(&self) -> bool {
-        matches!(self, Identity::Jwt(v) if v.required)
+        match self {
+            Identity::Jwt(v) => v.required,
+            Identity::ApiKey(keys) => keys.required,
+            _ => false,
+        }
+    }
+
+    /// The API keys, when identity is an API key.
+    pub fn api_keys(&self) -> Option<&ApiKeys> {
+        match self {
+            Identity::ApiKey(keys) => Some(keys),
+            _ => None,
+        }
     }
 
     /// The identity header that only trusted proxies may set, if identity
@@ -114,8 +205,9 @@ impl Identity {
                 HeaderValues::One(value) => return verifier.establish(value),
                 HeaderValues::Several => User::Invalid("token header sent more than once"),
             },
+            Identity::ApiKey(keys) => return keys.establish(header(&keys.header)),
         };
-        Established { user, claims: None }
+        Established::user(user)
     }
 }
 
@@ -169,14 +261,14 @@ impl JwtVerifier {
     /// the token's claims when it verifies.
     pub fn establish<'a>(&self, value: &[u8]) -> Established<'a> {
         match self.claims(value) {
-            Ok(claims) => Established {
-                user: self.user_of(&claims),
-                claims: Some(claims),
-            },
-            Err(reason) => Established {
-                user: User::Invalid(reason),
-                claims: None,
-            },
+            Ok(claims) => {
+                let user = self.user_of(&claims);
+                Established {
+                    claims: Some(claims),
+                    ..Established::user(user)
+                }
+            }
+            Err(reason) => Established::user(User::Invalid(reason)),
         }
     }
 

@@ -28,6 +28,7 @@ pub mod handshake;
 pub mod headers;
 pub mod health;
 pub mod identity;
+pub mod key_failures;
 pub mod keys;
 pub mod limiter;
 pub mod metrics;

@@ -43,11 +43,70 @@ struct Cli {
     /// Run in the background.
     #[arg(short, long)]
     daemon: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Commands other than running the gateway.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// API keys for `identity.api_key`.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `sluice key ...`.
+#[derive(clap::Subcommand, Debug)]
+enum KeyCommand {
+    /// Print a new random key, then the line the consumers file holds for it.
+    New,
+    /// Print the line the consumers file holds for an existing KEY.
+    Hash {
+        /// The key, as clients send it; `-` reads it from standard input
+        /// (kept out of the shell's history and the process list).
+        key: String,
+    },
+}
+
+/// Runs `sluice key ...`: the key (for `new`) on one line, its
+/// `sha256:` line on the next.
+fn key_command(command: &KeyCommand) -> ExitCode {
+    use sluice::config::consumers::{generate_key, key_line};
+    match command {
+        KeyCommand::New => match generate_key() {
+            Ok(key) => {
+                println!("{key}\n{}", key_line(key.as_bytes()));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sluice: no random bytes from the operating system: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        KeyCommand::Hash { key } => {
+            let mut read = String::new();
+            let key = match key.as_str() {
+                "-" => match std::io::stdin().read_line(&mut read) {
+                    Ok(_) => read.trim_end_matches(['\r', '\n']),
+                    Err(e) => {
+                        eprintln!("sluice: cannot read the key from standard input: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+                key => key,
+            };
+            println!("{}", key_line(key.as_bytes()));
+            ExitCode::SUCCESS
+        }
+    }
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    if let Some(Command::Key(command)) = &cli.command {
+        return key_command(command);
+    }
     let config = match Config::load(&cli.config) {
         Ok(config) => config,
         Err(e) => {

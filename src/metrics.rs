@@ -24,6 +24,8 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// The Redis metrics, handed to the Redis backend.
     pub redis: RedisMetrics,
+    /// The API-key metrics, handed to the identity.
+    pub identity: IdentityMetrics,
     /// `sluice_downstream_connections`: client connections open now.
     pub downstream_connections: IntGauge,
     /// `sluice_downstream_rejected_total{reason}`, reasons in [`REJECT_REASONS`].
@@ -156,6 +158,40 @@ fn register<M: prometheus::core::Collector + Clone + 'static>(
 ) -> Result<M, prometheus::Error> {
     registry.register(Box::new(metric.clone()))?;
     Ok(metric)
+}
+
+/// `sluice_identity_lookups_total{store,result}` and
+/// `sluice_identity_failures_total`: API keys looked up, and unknown keys
+/// counted against their client's `failures`.
+#[derive(Clone)]
+pub struct IdentityMetrics {
+    /// Lookups by store (`file`, `redis`) and result (`hit`, `miss`, `error`).
+    pub lookups: IntCounterVec,
+    /// Unknown keys counted against a client's `failures`.
+    pub failures: IntCounter,
+}
+
+impl IdentityMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let opts = Opts::new(
+            "sluice_identity_lookups_total",
+            "API-key lookups, by store and result.",
+        );
+        let lookups = register(registry, IntCounterVec::new(opts, &["store", "result"])?)?;
+        for store in ["file", "redis"] {
+            for result in ["hit", "miss", "error"] {
+                lookups.with_label_values(&[store, result]);
+            }
+        }
+        let failures = IntCounter::new(
+            "sluice_identity_failures_total",
+            "Unknown API keys counted against their client IP's failures limit.",
+        )?;
+        Ok(Self {
+            lookups,
+            failures: register(registry, failures)?,
+        })
+    }
 }
 
 /// A registered counter family with `labels`, every series of `values`
@@ -302,6 +338,7 @@ impl Metrics {
                 &["success", "failure"],
             )?,
             redis: RedisMetrics::new(&registry)?,
+            identity: IdentityMetrics::new(&registry)?,
             registry,
         })
     }

@@ -20,6 +20,7 @@ use crate::config::{Algorithm, EscapedSlashes, KeyPart, LimitConfig, OnMissing, 
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
 use crate::identity::{Claims, HeaderValues, User};
+use crate::key_failures;
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
 use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
@@ -551,30 +552,26 @@ pub async fn judge<'a>(
     view: &RequestView<'_>,
 ) -> Judgement<'a> {
     let mut report = LimitReport::default();
-    let forwards_user = route.keeps_user;
-    let needs_user = state.identity.required() || !route.limits.is_empty() || forwards_user;
-    let (user, claims) = match needs_user.then(|| request_user(state, view)) {
-        None => (None, None),
-        Some(Ok(established)) => established,
-        Some(Err(())) => {
+    let who = match identify(state, route, view, &mut report).await {
+        Ok(who) => who,
+        Err(rejection) => {
             return Judgement {
                 report,
-                step: Step::Reject(Rejection::Unauthorized),
+                step: Step::Reject(rejection),
             }
         }
     };
-    if forwards_user {
-        report.user = user.as_deref().map(<[u8]>::to_vec);
-    }
     if route.limits.is_empty() {
         return Judgement {
             report,
             step: Step::Proceed(None),
         };
     }
-    let client = client_ip(state, view.head, view.peer);
+    let client = report
+        .client
+        .unwrap_or_else(|| client_ip(state, view.head, view.peer));
     report.client = Some(client);
-    let keys = applied_keys(state, route, view, client, user.as_deref(), claims.as_ref());
+    let keys = applied_keys(state, route, view, client, &who);
     let keys = match keys {
         Ok(keys) => keys,
         Err(e) => {
@@ -610,19 +607,22 @@ fn applied_keys(
     route: &CompiledRoute,
     view: &RequestView<'_>,
     client: IpAddr,
-    user: Option<&[u8]>,
-    claims: Option<&Claims>,
+    who: &Who<'_>,
 ) -> Result<Vec<Keyed>, AmbiguousPart> {
     let header = |name: &str| header_values(view.head, name);
     let subject = Subject {
         client,
         trusted_peer: state.client_ip.is_trusted(view.peer),
         header: &header,
-        claims,
+        claims: who.claims.as_ref(),
     };
     let whole_route = exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
     let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
-    let plan = |source: &PlanSource| plan_name(source, &subject);
+    let plan = |source: &PlanSource| match source {
+        PlanSource::ConsumerPlan => who.plan.as_deref().map(str::to_string),
+        _ => plan_name(source, &subject),
+    };
+    let user = who.user.as_deref();
     limit_keys(state, route, view, client, user, &exempt, &plan)
 }
 
@@ -717,32 +717,68 @@ fn plan_name(source: &PlanSource, subject: &Subject<'_>) -> Option<String> {
             HeaderValues::One(value) => std::str::from_utf8(value).ok().map(str::to_string),
             _ => None,
         },
-        PlanSource::Header(_) => None,
+        PlanSource::Header(_) | PlanSource::ConsumerPlan => None,
     }
 }
 
-/// The request's identity and its verified token's claims: `Err(())` when
-/// an identity is required and missing or invalid (answer 401).
-#[allow(clippy::type_complexity)]
-fn request_user<'v>(
+/// Who a request is: its `user` key part, its verified token's claims and
+/// its consumer's plan.
+#[derive(Default)]
+struct Who<'v> {
+    user: Option<Cow<'v, [u8]>>,
+    claims: Option<Claims>,
+    plan: Option<std::sync::Arc<str>>,
+}
+
+/// Establishes who the request is, when anything needs it: the route's
+/// limits or header edits, a required identity, or API keys (whose
+/// consumer goes upstream). Refuses it with 429 when its client is over its
+/// API-key failures, with 401 when an identity is required and missing or
+/// invalid.
+async fn identify<'v, 'r>(
     state: &GatewayState,
+    route: &'r CompiledRoute,
     view: &RequestView<'v>,
-) -> Result<(Option<Cow<'v, [u8]>>, Option<Claims>), ()> {
+    report: &mut LimitReport,
+) -> Result<Who<'v>, Rejection<'r>> {
+    let api_keys = state.identity.api_keys().is_some();
+    let needed = state.identity.required() || api_keys || route.keeps_user;
+    if !needed && route.limits.is_empty() {
+        return Ok(Who::default());
+    }
     let trusted = state.client_ip.is_trusted(view.peer);
     let head = view.head;
     let established = state
         .identity
         .establish(|name| header_values(head, name), trusted);
-    let claims = established.claims;
-    match established.user {
-        User::Known(user) => Ok((Some(user), claims)),
-        User::Invalid(_) | User::Absent if state.identity.required() => Err(()),
+    let known = matches!(established.user, User::Known(_));
+    if api_keys && (known || established.unknown_key) {
+        let client = client_ip(state, head, view.peer);
+        report.client = Some(client);
+        let unknown = established.unknown_key;
+        if let Some(rejection) = key_failures::judge(state, &route.name, client, unknown).await {
+            return Err(rejection);
+        }
+    }
+    let user = match established.user {
+        User::Known(user) => Some(user),
+        User::Invalid(_) | User::Absent if state.identity.required() => {
+            return Err(Rejection::Unauthorized)
+        }
         User::Invalid(reason) => {
             log::debug!("identity ignored: {reason}");
-            Ok((None, claims))
+            None
         }
-        User::Absent => Ok((None, claims)),
+        User::Absent => None,
+    };
+    if route.keeps_user || api_keys {
+        report.user = user.as_deref().map(<[u8]>::to_vec);
     }
+    Ok(Who {
+        user,
+        claims: established.claims,
+        plan: established.plan,
+    })
 }
 
 /// The counter keys of the route's limits for this request, as (limit

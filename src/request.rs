@@ -147,10 +147,16 @@ pub struct UpstreamRewrite<'a> {
     pub forwarded_for: Option<IpAddr>,
     /// The request ID header and the request's ID, replacing any sent.
     pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
+    /// With API keys: the key's header, removed, and the consumer, sent
+    /// as `x-consumer-id` (replacing any the client sent).
+    pub consumer: Option<(&'a str, Option<&'a [u8]>)>,
     /// The route's request header edits, with the request's values (last:
     /// what the operator configured wins).
     pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
 }
+
+/// The header the upstream learns a request's consumer from.
+pub const CONSUMER_HEADER: &str = "x-consumer-id";
 
 impl UpstreamRewrite<'_> {
     /// Applies the rewrite to the head going upstream.
@@ -170,6 +176,13 @@ impl UpstreamRewrite<'_> {
         }
         if let Some((name, id)) = self.request_id {
             req.insert_header(name.clone(), id.clone())?;
+        }
+        if let Some((key_header, consumer)) = self.consumer {
+            req.remove_header(key_header);
+            req.remove_header(CONSUMER_HEADER);
+            if let Some(id) = consumer {
+                req.insert_header(CONSUMER_HEADER, id)?;
+            }
         }
         if let Some((edits, values)) = &self.edits {
             edit(req, edits, values)?;

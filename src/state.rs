@@ -181,7 +181,7 @@ impl GatewayState {
             compiled,
             upstreams,
             client_ip: ClientIpResolver::new(&config.client_ip),
-            identity: Identity::new(&config.identity)?,
+            identity: Identity::new(&config.identity, &metrics.identity)?,
             decider: Arc::new(decider),
             config,
         })

@@ -112,12 +112,53 @@ pub struct ClientIpFile {
     pub ipv6_prefix: Option<u8>,
 }
 
-/// `identity:` (one of `jwt` or `header`).
+/// `identity:` (one of `jwt`, `header` or `api_key`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityFile {
     pub jwt: Option<JwtFile>,
     pub header: Option<String>,
+    pub api_key: Option<ApiKeyFile>,
+}
+
+/// `identity.api_key:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyFile {
+    pub header: Option<String>,
+    pub query: Option<String>,
+    pub store: Option<String>,
+    pub file: Option<String>,
+    pub cache_ttl: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+    pub failures: Option<FailuresFile>,
+}
+
+/// `identity.api_key.failures:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailuresFile {
+    pub limit: Option<u64>,
+    pub window: Option<String>,
+}
+
+/// The consumers file of `identity.api_key.file`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumersFile {
+    #[serde(default)]
+    pub consumers: Vec<ConsumerFile>,
+}
+
+/// One consumer of the consumers file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerFile {
+    pub id: String,
+    pub plan: Option<String>,
+    #[serde(default)]
+    pub keys: Vec<String>,
 }
 
 /// `identity.jwt:`.
@@ -476,6 +517,7 @@ pub struct CostFromFile {
 pub struct LimitFromFile {
     pub claim: Option<String>,
     pub header: Option<String>,
+    pub consumer: Option<String>,
 }
 
 /// One entry of `limits[].overrides`.

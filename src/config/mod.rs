@@ -8,6 +8,7 @@
 
 pub mod calendar;
 mod checker;
+pub mod consumers;
 pub mod defaults;
 pub mod diff;
 pub mod duration;
@@ -143,6 +144,8 @@ pub enum IdentityConfig {
     Header(String),
     /// A verified bearer token's claim.
     Jwt(JwtConfig),
+    /// An API key whose hash a consumers store knows: the consumer's id.
+    ApiKey(consumers::ApiKeyConfig),
 }
 
 /// `identity.jwt`: how bearer tokens are verified.
@@ -716,6 +719,8 @@ pub enum PlanSource {
     Claim(String),
     /// A request header (lower-case name), believed from trusted proxies only.
     Header(String),
+    /// The plan of the consumer whose API key the request carries.
+    ConsumerPlan,
 }
 
 /// One `overrides` entry: requests whose key parts have these raw values get
@@ -799,6 +804,7 @@ impl LimitConfig {
             let from = match source {
                 PlanSource::Claim(c) => format!("claim {c}"),
                 PlanSource::Header(h) => format!("header {h}"),
+                PlanSource::ConsumerPlan => "consumer plan".to_string(),
             };
             notes.push(format!("plans {} by {from}", plans.join(" ")));
         }
@@ -898,17 +904,36 @@ impl Config {
         let index = position::PositionIndex::build(&expanded);
         let (mut config, warnings) = validate::validate(parsed, &index, &lookup).map_err(fail)?;
         resolve::resolve(&mut config, &index, &lookup).map_err(fail)?;
+        let consumer_warnings = config.read_consumers()?;
         config.warnings = fail(warnings)
             .to_string()
             .lines()
             .filter(|line| !line.is_empty())
             .map(str::to_string)
+            .chain(consumer_warnings)
             .collect();
         Ok(config)
     }
+
+    /// Reads the consumers file of `identity.api_key` into it; its
+    /// warnings. Its problems are reported against that file.
+    fn read_consumers(&mut self) -> Result<Vec<String>, ConfigError> {
+        let plans: std::collections::BTreeSet<String> = self
+            .routes
+            .iter()
+            .flat_map(|r| &r.limits)
+            .flat_map(|l| l.plans.iter().map(|(name, _)| name.clone()))
+            .collect();
+        let IdentityConfig::ApiKey(api_key) = &mut self.identity else {
+            return Ok(Vec::new());
+        };
+        let (consumers, warnings) = consumers::load(&api_key.file, &plans)?;
+        api_key.consumers = std::sync::Arc::new(consumers);
+        Ok(warnings)
+    }
 }
 
-fn serde_problem(error: &serde_yaml::Error) -> Problem {
+pub(crate) fn serde_problem(error: &serde_yaml::Error) -> Problem {
     let text = error.to_string();
     // serde_yaml appends " at line L column C" to its message; we print the
     // position in front instead.

@@ -163,6 +163,14 @@ pub enum ProblemKind {
         /// The second key.
         b: &'static str,
     },
+    /// Keys of which exactly one must be set.
+    #[error("{owner} takes exactly one of {keys}")]
+    OneOf {
+        /// The owner, as the sentence starts.
+        owner: &'static str,
+        /// The keys, as a phrase.
+        keys: &'static str,
+    },
     /// Two keys of which one must be set.
     #[error("{owner} needs `{a}` or `{b}`")]
     NeedsEither {
@@ -522,6 +530,34 @@ pub enum ProblemKind {
     /// `cors.origins: ["*"]` with `credentials: true`.
     #[error("browsers refuse credentials from a page of any origin: list the origins, or set `credentials: false`")]
     AnyOriginWithCredentials,
+    /// `api_key.store` that is neither file nor redis.
+    #[error("`store` is file or redis, not `{0}`")]
+    BadKeyStore(String),
+    /// `limit_from: {consumer: plan}` without API keys.
+    #[error(
+        "`limit_from: {{consumer: plan}}` needs `identity.api_key`: a consumer is known by its key"
+    )]
+    ConsumerPlanWithoutApiKey,
+    /// `limit_from: {consumer: X}` with X not `plan`.
+    #[error("`limit_from: {{consumer: ...}}` takes `plan`, not `{0}`")]
+    BadConsumerField(String),
+    /// A consumer id that could not be a key part or a header value.
+    #[error("consumer id `{0}` must be 1 to 128 of A-Z a-z 0-9 . _ - @ :")]
+    BadConsumerId(String),
+    /// Two consumers with one id.
+    #[error("consumer `{0}` is listed twice")]
+    DuplicateConsumer(String),
+    /// A key that is not written as its hash.
+    #[error("a key is written as `sha256:` and the 64 hex digits of its SHA-256 (`sluice key hash KEY` prints it), never as the key itself")]
+    BadKeyHash,
+    /// One key hash held twice.
+    #[error("this key is listed twice (a key belongs to one consumer)")]
+    DuplicateKey,
+    /// A consumer's plan that no limit has.
+    #[error(
+        "plan `{0}` is in no limit's `plans`: this consumer's requests get the limits' own numbers"
+    )]
+    UnknownConsumerPlan(String),
     /// `upstream_host` that is not a host name.
     #[error("`upstream_host` is preserve, upstream or a host name (host[:port]), not `{0}`")]
     BadUpstreamHost(String),

@@ -568,7 +568,9 @@ fn plans_and_overrides_are_checked() {
         (", overrides: [{match: {user: a}, limit: 0}]", "`limit` must be at least 1"),
         (", plans: {free: 1}", "`plans` needs `limit_from`"),
         (", limit_from: {claim: plan}", "`limit_from` needs `plans`"),
-        (", limit_from: {claim: plan, header: x}, plans: {a: 1}", "`limit_from` names either `claim` or `header`"),
+        (", limit_from: {claim: plan, header: x}, plans: {a: 1}", "`limit_from` takes exactly one of claim, header or consumer"),
+        (", limit_from: {consumer: tier}, plans: {a: 1}", "`limit_from: {consumer: ...}` takes `plan`, not `tier`"),
+        (", limit_from: {consumer: plan}, plans: {a: 1}", "`limit_from: {consumer: plan}` needs `identity.api_key`"),
         (", cost: 5, limit_from: {claim: plan}, plans: {tiny: 2}", "cost"),
     ];
     for (extra, want) in cases {

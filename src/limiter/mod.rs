@@ -560,6 +560,12 @@ impl Decider {
         }
     }
 
+    /// The remembered denial of `checks`, without any I/O: what the deny
+    /// cache holds now (`None` when it holds nothing, or is off).
+    pub fn cached_denial(&self, checks: &[LimitCheck<'_>]) -> Option<Vec<Decision>> {
+        self.deny_cache.as_ref()?.lookup(checks, Instant::now())
+    }
+
     /// Decides `checks`. Never fails: a Redis failure becomes the `on_error`
     /// outcome. Bounded in time by the Redis timeout budget; answered without
     /// any I/O when the deny cache holds one of the keys.

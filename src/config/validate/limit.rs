@@ -358,26 +358,31 @@ fn plans_and_overrides(
 /// `limit_from`: where a request's plan comes from (a claim or a header,
 /// exactly one).
 fn limit_from(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> Option<PlanSource> {
-    f.limit_from.as_ref().and_then(|from| {
-        let at = path.key("limit_from");
-        match (&from.claim, &from.header) {
-            (Some(claim), None) if !claim.is_empty() => Some(PlanSource::Claim(claim.clone())),
-            (None, Some(header)) => {
-                c.header_name(&at.key("header"), header);
-                Some(PlanSource::Header(header.to_ascii_lowercase()))
-            }
-            (Some(_), Some(_)) => {
-                let (owner, a, b) = ("`limit_from` names", "claim", "header");
-                c.problem(&at, ProblemKind::NotBoth { owner, a, b });
-                None
-            }
-            _ => {
-                let (owner, a, b) = ("`limit_from`".to_string(), "claim", "header");
-                c.problem(&at, ProblemKind::NeedsEither { owner, a, b });
-                None
-            }
+    let from = f.limit_from.as_ref()?;
+    let at = path.key("limit_from");
+    let kind = ProblemKind::OneOf {
+        owner: "`limit_from`",
+        keys: "claim, header or consumer",
+    };
+    match (&from.claim, &from.header, &from.consumer) {
+        (Some(claim), None, None) if !claim.is_empty() => Some(PlanSource::Claim(claim.clone())),
+        (None, Some(header), None) => {
+            c.header_name(&at.key("header"), header);
+            Some(PlanSource::Header(header.to_ascii_lowercase()))
         }
-    })
+        (None, None, Some(field)) if field == "plan" => Some(PlanSource::ConsumerPlan),
+        (None, None, Some(field)) => {
+            c.problem(
+                &at.key("consumer"),
+                ProblemKind::BadConsumerField(field.clone()),
+            );
+            None
+        }
+        _ => {
+            c.problem(&at, kind);
+            None
+        }
+    }
 }
 
 /// An override's limit: its own number, or its plan's.

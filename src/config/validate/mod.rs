@@ -4,6 +4,7 @@
 //! through the [`Checker`] by typed [`KeyPath`]. Upstream names are resolved
 //! afterwards, outside validation (`config/resolve.rs`).
 
+mod api_key;
 mod cors;
 mod exempt;
 mod forward;
@@ -58,6 +59,11 @@ pub(super) fn validate(
             match &limit.limit_from {
                 Some(PlanSource::Claim(_)) if !matches!(identity, IdentityConfig::Jwt(_)) => {
                     c.problem(&at, ProblemKind::PlanClaimWithoutJwt);
+                }
+                Some(PlanSource::ConsumerPlan)
+                    if !matches!(identity, IdentityConfig::ApiKey(_)) =>
+                {
+                    c.problem(&at, ProblemKind::ConsumerPlanWithoutApiKey);
                 }
                 Some(PlanSource::Header(_)) if !trusted => {
                     c.warning(&at, ProblemKind::PlanHeaderWithoutTrustedProxies);

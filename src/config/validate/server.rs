@@ -295,22 +295,30 @@ pub(super) fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityCon
         return IdentityConfig::None;
     };
     let path = KeyPath::root("identity");
-    let (a, b) = ("header", "jwt");
-    match (&f.header, &f.jwt) {
-        (Some(_), Some(_)) => {
-            let owner = "`identity` has";
-            c.problem(&path, ProblemKind::NotBoth { owner, a, b });
-            IdentityConfig::None
-        }
-        (Some(name), None) => {
-            c.header_name(&path.key("header"), name);
-            IdentityConfig::Header(name.to_ascii_lowercase())
-        }
-        (None, Some(jwt)) => super::super::jwt::validate(c, jwt),
-        (None, None) => {
-            let owner = "`identity`".to_string();
-            c.problem(&path, ProblemKind::NeedsEither { owner, a, b });
-            IdentityConfig::None
-        }
+    let given = [f.header.is_some(), f.jwt.is_some(), f.api_key.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let kind = ProblemKind::OneOf {
+            owner: "`identity`",
+            keys: "header, jwt or api_key",
+        };
+        c.problem(&path, kind);
+        return IdentityConfig::None;
     }
+    if let Some(name) = &f.header {
+        c.header_name(&path.key("header"), name);
+        return IdentityConfig::Header(name.to_ascii_lowercase());
+    }
+    if let Some(jwt) = &f.jwt {
+        return super::super::jwt::validate(c, jwt);
+    }
+    if let Some(api_key) = &f.api_key {
+        let config = super::api_key::api_key(c, &path.key("api_key"), api_key);
+        return IdentityConfig::ApiKey(config);
+    }
+    let kind = ProblemKind::OneOf {
+        owner: "`identity`",
+        keys: "header, jwt or api_key",
+    };
+    c.problem(&path, kind);
+    IdentityConfig::None
 }
