@@ -2,6 +2,8 @@
 //! route matching over 1,000 routes (< 1 µs), key building (< 300 ns), and
 //! the in-process limiter under contention from two threads.
 //!
+//! An API-key lookup among 10,000 consumers (< 1 µs) beside no identity.
+//!
 //!   cargo bench --bench micro
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
@@ -173,5 +175,54 @@ fn local_limiter(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, route_matching, key_building, local_limiter);
+/// The identity step with an API key among 10,000 consumers (a hit and a
+/// miss) beside the same step with no identity configured: what a key
+/// lookup adds to a request.
+fn api_key_lookup(c: &mut Criterion) {
+    use sluice::identity::{HeaderValues, Identity};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let consumers = dir.path().join("consumers.yaml");
+    let mut text = String::from("consumers:\n");
+    for i in 0..10_000 {
+        let line =
+            sluice::config::consumers::key_line(format!("key-{i:05}-0123456789abcdef").as_bytes());
+        text.push_str(&format!(
+            "  - {{ id: c{i}, plan: pro, keys: [\"{line}\"] }}\n"
+        ));
+    }
+    std::fs::write(&consumers, text).expect("write consumers");
+    let config = format!(
+        "identity:\n  api_key:\n    file: \"{}\"\n",
+        consumers.display()
+    );
+    let load = |text: &str| {
+        sluice::config::Config::from_text(std::path::Path::new("bench.yaml"), text, |_| None)
+            .expect("config")
+    };
+    let metrics = sluice::metrics::Metrics::new().expect("metrics");
+    let with_keys = Identity::new(&load(&config).identity, &metrics.identity).expect("identity");
+    let without = Identity::new(&load("").identity, &metrics.identity).expect("identity");
+    let hit = b"key-04711-0123456789abcdef".as_slice();
+    let miss = b"key-99999-0123456789abcdef".as_slice();
+    let sent = |key: &'static [u8]| move |_: &str| HeaderValues::One(key);
+    let mut group = c.benchmark_group("api_key");
+    group.bench_function("no_identity", |b| {
+        b.iter(|| black_box(without.establish(sent(hit), false)))
+    });
+    group.bench_function("hit_of_10000", |b| {
+        b.iter(|| black_box(with_keys.establish(sent(hit), false)))
+    });
+    group.bench_function("miss_of_10000", |b| {
+        b.iter(|| black_box(with_keys.establish(sent(miss), false)))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    route_matching,
+    key_building,
+    local_limiter,
+    api_key_lookup
+);
 criterion_main!(benches);

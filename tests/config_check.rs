@@ -162,6 +162,31 @@ fn the_existing_api_example_is_valid() {
     );
 }
 
+/// The API-key example and its consumers file are valid as shipped, and
+/// the example keys they name are what the consumers file hashes.
+#[test]
+fn the_api_keys_example_is_valid() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--check", "--config", "conf/examples/api-keys.yaml"])
+        .current_dir(root)
+        .output()
+        .expect("run sluice --check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let consumers = std::fs::read_to_string(format!("{root}/conf/examples/consumers.yaml"))
+        .expect("read consumers.yaml");
+    let hash = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["key", "hash", "demo-acme-key"])
+        .output()
+        .expect("run sluice key hash");
+    let line = String::from_utf8_lossy(&hash.stdout).trim().to_string();
+    assert!(consumers.contains(&line), "{line} not in consumers.yaml");
+}
+
 /// The limits the shipped config shows as comments are valid as written:
 /// uncommented, the file still passes `--check`.
 #[test]
