@@ -200,8 +200,9 @@ fn api_key_lookup(c: &mut Criterion) {
             .expect("config")
     };
     let metrics = sluice::metrics::Metrics::new().expect("metrics");
-    let with_keys = Identity::new(&load(&config).identity, &metrics.identity).expect("identity");
-    let without = Identity::new(&load("").identity, &metrics.identity).expect("identity");
+    let with_keys =
+        Identity::new(&load(&config).identity, "", &metrics.identity).expect("identity");
+    let without = Identity::new(&load("").identity, "", &metrics.identity).expect("identity");
     let hit = b"key-04711-0123456789abcdef".as_slice();
     let miss = b"key-99999-0123456789abcdef".as_slice();
     let sent = |key: &'static [u8]| move |_: &str| HeaderValues::One(key);

@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health")
-//! and the usage API, `/v1/usage` (see `usage`).
+//! the usage API, `/v1/usage` (see `usage`), and the consumers API,
+//! `/v1/consumers/…` (see `consumer_api`).
 
 use crate::metrics::Metrics;
 use crate::state::SharedState;
@@ -54,6 +55,9 @@ impl ServeHttp for AdminApp {
                 crate::usage::answer(&state, &method, &query, authorization.as_deref()).await;
             return text(status, "application/json", body.to_string().into_bytes());
         }
+        if crate::consumer_api::handles(session.req_header().uri.path()) {
+            return consumers(&self.state, session).await;
+        }
         match session.req_header().uri.path() {
             "/metrics" => {
                 let state = self.state.load();
@@ -85,6 +89,38 @@ impl ServeHttp for AdminApp {
             ),
         }
     }
+}
+
+/// The largest body the consumers API reads.
+const MAX_BODY: usize = 4096;
+
+/// Answers a consumers API call (reading its small JSON body).
+async fn consumers(
+    state: &crate::state::SharedState,
+    session: &mut ServerSession,
+) -> Response<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = session.read_request_body().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_BODY {
+            let answer = serde_json::json!({ "error": "payload_too_large" });
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "application/json",
+                answer.to_string().into_bytes(),
+            );
+        }
+    }
+    let state = state.load();
+    let head = session.req_header();
+    let authorization = head
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let (status, answer) =
+        crate::consumer_api::answer(&state, &head.method, head.uri.path(), authorization, &body)
+            .await;
+    text(status, "application/json", answer.to_string().into_bytes())
 }
 
 /// Sets `sluice_upstream_server_up` for the servers of `upstreams` (and

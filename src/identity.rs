@@ -7,8 +7,10 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
-use crate::config::consumers::{Consumers, Failures};
+use crate::config::consumers::{Consumer, Consumers, Failures, KeyStore};
 use crate::config::{IdentityConfig, JwtConfig, JwtKey};
+use crate::key_store::RedisKeys;
+use crate::limiter::Decider;
 use crate::metrics::IdentityMetrics;
 use jsonwebtoken::{decode, DecodingKey, Validation};
 use prometheus::IntCounter;
@@ -42,6 +44,8 @@ pub struct Established<'a> {
     /// An API key was sent that no consumer has (or sent twice): it counts
     /// against the client's `failures`.
     pub unknown_key: bool,
+    /// An API key was sent and its store could not say whose it is.
+    pub store_failed: bool,
 }
 
 impl<'a> Established<'a> {
@@ -52,6 +56,7 @@ impl<'a> Established<'a> {
             claims: None,
             plan: None,
             unknown_key: false,
+            store_failed: false,
         }
     }
 }
@@ -80,45 +85,109 @@ pub enum Identity {
     ApiKey(ApiKeys),
 }
 
-/// API keys, looked up by their hash among the consumers.
+/// API keys, looked up by their hash in a consumers store.
 pub struct ApiKeys {
     /// The header carrying the key (lower case).
     pub header: String,
-    consumers: Arc<Consumers>,
+    store: Store,
     required: bool,
     /// Unknown keys one client IP may send per window.
     pub failures: Failures,
     hits: IntCounter,
     misses: IntCounter,
+    errors: IntCounter,
     /// `sluice_identity_failures_total`.
     pub failed: IntCounter,
 }
 
+/// Where the consumers are.
+enum Store {
+    /// Read from the consumers file with the config.
+    File(Arc<Consumers>),
+    /// In Redis, looked up through a cache.
+    Redis(RedisKeys),
+}
+
 impl ApiKeys {
-    /// The identity a key header's values establish.
-    fn establish<'a>(&self, sent: HeaderValues<'_>) -> Established<'a> {
-        let key = match sent {
-            HeaderValues::Absent => return Established::user(User::Absent),
-            HeaderValues::One(key) if !key.is_empty() => key,
+    /// The Redis store, if the keys are kept there.
+    pub fn redis_store(&self) -> Option<&RedisKeys> {
+        match &self.store {
+            Store::Redis(keys) => Some(keys),
+            Store::File(_) => None,
+        }
+    }
+
+    /// The key a header's values hold, or what their absence (or
+    /// ambiguity) establishes.
+    fn key<'h, 'a>(&self, sent: HeaderValues<'h>) -> Result<&'h [u8], Established<'a>> {
+        match sent {
+            HeaderValues::Absent => Err(Established::user(User::Absent)),
+            HeaderValues::One(key) if !key.is_empty() => Ok(key),
             _ => {
                 let mut unknown = Established::user(User::Invalid("API key sent more than once"));
                 unknown.unknown_key = true;
-                return unknown;
+                Err(unknown)
             }
-        };
-        match self.consumers.find(key) {
-            Some(consumer) => {
+        }
+    }
+
+    /// What a lookup's answer establishes (and counts).
+    fn answer<'a>(&self, found: Result<Option<Consumer>, ()>) -> Established<'a> {
+        match found {
+            Ok(Some(consumer)) => {
                 self.hits.inc();
                 let id = Cow::Owned(consumer.id.as_bytes().to_vec());
                 let mut known = Established::user(User::Known(id));
-                known.plan = consumer.plan.clone();
+                known.plan = consumer.plan;
                 known
             }
-            None => {
+            Ok(None) => {
                 self.misses.inc();
                 let mut unknown = Established::user(User::Invalid("unknown API key"));
                 unknown.unknown_key = true;
                 unknown
+            }
+            Err(()) => {
+                self.errors.inc();
+                let mut failed =
+                    Established::user(User::Invalid("the API-key store did not answer"));
+                failed.store_failed = true;
+                failed
+            }
+        }
+    }
+
+    /// The identity a key header's values establish, from the consumers
+    /// file (a Redis store is asked by [`ApiKeys::establish_remote`]).
+    fn establish<'a>(&self, sent: HeaderValues<'_>) -> Established<'a> {
+        let key = match self.key(sent) {
+            Ok(key) => key,
+            Err(established) => return established,
+        };
+        match &self.store {
+            Store::File(consumers) => self.answer(Ok(consumers.find(key).cloned())),
+            Store::Redis(_) => self.answer(Err(())),
+        }
+    }
+
+    /// The identity a key header's values establish, asking the Redis
+    /// store through `decider` when its cache has no answer.
+    pub async fn establish_remote<'a>(
+        &self,
+        sent: HeaderValues<'_>,
+        decider: &Decider,
+    ) -> Established<'a> {
+        let key = match self.key(sent) {
+            Ok(key) => key,
+            Err(established) => return established,
+        };
+        match &self.store {
+            Store::File(consumers) => self.answer(Ok(consumers.find(key).cloned())),
+            Store::Redis(store) => {
+                let found = store.find(key, decider).await.map_err(|e| {
+                    log::debug!("API-key lookup failed: {e}");
+                });
+                self.answer(found)
             }
         }
     }
@@ -129,21 +198,35 @@ impl Identity {
     /// accepted cannot be parsed again (it can not, in practice).
     pub fn new(
         config: &IdentityConfig,
+        key_prefix: &str,
         metrics: &IdentityMetrics,
     ) -> Result<Self, jsonwebtoken::errors::Error> {
         Ok(match config {
             IdentityConfig::None => Identity::None,
             IdentityConfig::Header(name) => Identity::Header(name.clone()),
             IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt)?)),
-            IdentityConfig::ApiKey(keys) => Identity::ApiKey(ApiKeys {
-                header: keys.header.clone(),
-                consumers: Arc::clone(&keys.consumers),
-                required: keys.required,
-                failures: keys.failures,
-                hits: metrics.lookups.with_label_values(&["file", "hit"]),
-                misses: metrics.lookups.with_label_values(&["file", "miss"]),
-                failed: metrics.failures.clone(),
-            }),
+            IdentityConfig::ApiKey(keys) => {
+                let (store, label) = match &keys.store {
+                    KeyStore::File { consumers, .. } => {
+                        (Store::File(Arc::clone(consumers)), "file")
+                    }
+                    KeyStore::Redis { cache_ttl } => (
+                        Store::Redis(RedisKeys::new(key_prefix, *cache_ttl)),
+                        "redis",
+                    ),
+                };
+                let lookups = |result: &str| metrics.lookups.with_label_values(&[label, result]);
+                Identity::ApiKey(ApiKeys {
+                    header: keys.header.clone(),
+                    store,
+                    required: keys.required,
+                    failures: keys.failures,
+                    hits: lookups("hit"),
+                    misses: lookups("miss"),
+                    errors: lookups("error"),
+                    failed: metrics.failures.clone(),
+                })
+            }
         })
     }
 
@@ -153,6 +236,22 @@ impl Identity {
             Identity::Jwt(v) => v.required,
             Identity::ApiKey(keys) => keys.required,
             _ => false,
+        }
+    }
+
+    /// [`Identity::establish`], asking a Redis key store (through
+    /// `decider`) when the keys are kept there.
+    pub async fn establish_async<'a>(
+        &self,
+        header: impl Fn(&str) -> HeaderValues<'a>,
+        from_trusted_proxy: bool,
+        decider: &Decider,
+    ) -> Established<'a> {
+        match self {
+            Identity::ApiKey(keys) if keys.redis_store().is_some() => {
+                keys.establish_remote(header(&keys.header), decider).await
+            }
+            _ => self.establish(header, from_trusted_proxy),
         }
     }
 

@@ -721,6 +721,11 @@ fn plan_name(source: &PlanSource, subject: &Subject<'_>) -> Option<String> {
     }
 }
 
+/// Whether a limiter failure refuses requests (`on_error: deny`).
+fn fails_closed(state: &GatewayState) -> bool {
+    state.config.limiter.on_error == crate::config::OnError::Deny
+}
+
 /// Who a request is: its `user` key part, its verified token's claims and
 /// its consumer's plan.
 #[derive(Default)]
@@ -750,7 +755,11 @@ async fn identify<'v, 'r>(
     let head = view.head;
     let established = state
         .identity
-        .establish(|name| header_values(head, name), trusted);
+        .establish_async(|name| header_values(head, name), trusted, &state.decider)
+        .await;
+    if established.store_failed && (state.identity.required() || fails_closed(state)) {
+        return Err(Rejection::Unavailable { route: &route.name });
+    }
     let known = matches!(established.user, User::Known(_));
     if api_keys && (known || established.unknown_key) {
         let client = client_ip(state, head, view.peer);

@@ -181,7 +181,11 @@ impl GatewayState {
             compiled,
             upstreams,
             client_ip: ClientIpResolver::new(&config.client_ip),
-            identity: Identity::new(&config.identity, &metrics.identity)?,
+            identity: Identity::new(
+                &config.identity,
+                &config.limiter.redis.key_prefix,
+                &metrics.identity,
+            )?,
             decider: Arc::new(decider),
             config,
         })

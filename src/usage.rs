@@ -264,7 +264,7 @@ fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), A
 
 /// Compares without stopping at the first difference (the token's bytes
 /// must not leak through timing).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

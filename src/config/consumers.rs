@@ -19,14 +19,30 @@ use std::time::Duration;
 pub struct ApiKeyConfig {
     /// The request header carrying the key (lower case).
     pub header: String,
-    /// The consumers file, as written.
-    pub file: String,
-    /// Its consumers, read when the config loads.
-    pub consumers: Arc<Consumers>,
+    /// Where the consumers are kept.
+    pub store: KeyStore,
     /// Answer 401 to a request without a valid key, on every route.
     pub required: bool,
     /// Unknown keys one client IP may present per window.
     pub failures: Failures,
+}
+
+/// `identity.api_key.store`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyStore {
+    /// A consumers file, read with the config.
+    File {
+        /// The file, as written.
+        path: String,
+        /// Its consumers, read when the config loads.
+        consumers: Arc<Consumers>,
+    },
+    /// Redis: one hash per key, `<key_prefix>key:<sha256 hex>`.
+    Redis {
+        /// How long a lookup's answer is trusted (an unknown key's: at
+        /// most 1 s).
+        cache_ttl: Duration,
+    },
 }
 
 /// `identity.api_key.failures`.
@@ -103,12 +119,17 @@ pub fn key_hash(key: &[u8]) -> [u8; 32] {
 
 /// The line a consumers file holds for `key`: `sha256:<64 hex>`.
 pub fn key_line(key: &[u8]) -> String {
-    let mut line = String::with_capacity(71);
-    line.push_str("sha256:");
-    for byte in key_hash(key) {
-        line.push_str(&format!("{byte:02x}"));
+    format!("sha256:{}", hex(&key_hash(key)))
+}
+
+/// `hash` in lower-case hex.
+pub fn hex(hash: &[u8; 32]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(64);
+    for byte in hash {
+        let _ = write!(out, "{byte:02x}");
     }
-    line
+    out
 }
 
 /// The hash a `sha256:<64 hex>` line names (either case of hex).
@@ -126,7 +147,7 @@ fn parse_key_line(line: &str) -> Option<[u8; 32]> {
 
 /// Whether `id` can be a consumer id: 1 to 128 of `A-Z a-z 0-9 . _ - @ :`,
 /// so that it is a header value and a key part as it is.
-fn valid_id(id: &str) -> bool {
+pub fn valid_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
         && id
             .bytes()

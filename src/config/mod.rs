@@ -927,8 +927,11 @@ impl Config {
         let IdentityConfig::ApiKey(api_key) = &mut self.identity else {
             return Ok(Vec::new());
         };
-        let (consumers, warnings) = consumers::load(&api_key.file, &plans)?;
-        api_key.consumers = std::sync::Arc::new(consumers);
+        let consumers::KeyStore::File { path, consumers } = &mut api_key.store else {
+            return Ok(Vec::new());
+        };
+        let (read, warnings) = consumers::load(path, &plans)?;
+        *consumers = std::sync::Arc::new(read);
         Ok(warnings)
     }
 }

@@ -556,6 +556,19 @@ impl Limiter for ClusterLimiter {
     }
 
     /// Healthy unless every known primary's circuit is open.
+    /// Routed to the key's primary by the cluster connection.
+    async fn query(
+        &self,
+        cmd: redis::Cmd,
+        timeout: Duration,
+    ) -> Result<redis::Value, LimiterError> {
+        let mut conn = self.connection().await?;
+        match tokio::time::timeout(timeout, cmd.query_async(&mut conn)).await {
+            Ok(result) => result.map_err(|e| wire::classify(&e, self.budget)),
+            Err(_) => Err(LimiterError::Timeout(timeout)),
+        }
+    }
+
     fn is_healthy(&self) -> bool {
         let nodes = self.nodes.locked();
         let circuits = self.circuits.locked();

@@ -225,6 +225,17 @@ pub trait Limiter: Send + Sync {
     /// Told what `on_error` answered the request `member` whose decision
     /// ran out of budget, for a backend that may still run it late.
     fn note_fallback(&self, _member: &str, _admitted: bool) {}
+
+    /// Runs `cmd`, a command on one key, on that key's Redis within
+    /// `timeout`: the API-key store's reads and writes. A backend without
+    /// Redis cannot.
+    async fn query(
+        &self,
+        _cmd: ::redis::Cmd,
+        _timeout: Duration,
+    ) -> Result<::redis::Value, LimiterError> {
+        Err(LimiterError::Unavailable("no Redis backend".into()))
+    }
 }
 
 /// Whether `checks` admit the request, given one decision per check: every
@@ -558,6 +569,26 @@ impl Decider {
             Some(redis) => redis.reset(checks).await,
             None => Ok(()),
         }
+    }
+
+    /// Runs `cmd` (a command on one key) on the shared Redis within
+    /// `timeout`; an error with `backend: local`.
+    pub async fn query(
+        &self,
+        cmd: ::redis::Cmd,
+        timeout: Duration,
+    ) -> Result<::redis::Value, LimiterError> {
+        match &self.redis {
+            Some(redis) => redis.query(cmd, timeout).await,
+            None => Err(LimiterError::Unavailable(
+                "backend: local has no Redis".into(),
+            )),
+        }
+    }
+
+    /// The budget of one Redis call (`limiter.redis.timeout`).
+    pub fn budget(&self) -> Duration {
+        self.settings.redis.timeout
     }
 
     /// The remembered denial of `checks`, without any I/O: what the deny

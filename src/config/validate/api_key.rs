@@ -3,7 +3,7 @@
 //! (`config/consumers.rs`), so that its problems carry its own path.
 
 use super::super::checker::Checker;
-use super::super::consumers::{ApiKeyConfig, Failures};
+use super::super::consumers::{ApiKeyConfig, Failures, KeyStore};
 use super::super::file::ApiKeyFile;
 use super::super::problem::{KeyPath, ProblemKind};
 use std::time::Duration;
@@ -23,31 +23,47 @@ pub(super) fn api_key(c: &mut Checker, at: &KeyPath, f: &ApiKeyFile) -> ApiKeyCo
     }
     let header = f.header.as_deref().unwrap_or("x-api-key");
     c.header_name(&at.key("header"), header);
-    match f.store.as_deref().unwrap_or("file") {
-        "file" => {}
-        "redis" => c.problem(
-            &at.key("store"),
-            ProblemKind::NotSupported("`store: redis`"),
-        ),
-        other => c.problem(
-            &at.key("store"),
-            ProblemKind::BadKeyStore(other.to_string()),
-        ),
-    }
-    if let Some(ttl) = f.cache_ttl.as_deref() {
-        c.duration(&at.key("cache_ttl"), Some(ttl), Duration::from_secs(10));
-    }
-    let file = match &f.file {
-        Some(file) => file.clone(),
-        None => {
-            c.problem(at, ProblemKind::Needs("api_key", "file"));
-            String::new()
+    let store = match f.store.as_deref().unwrap_or("file") {
+        "file" => {
+            if f.cache_ttl.is_some() {
+                c.problem(
+                    &at.key("cache_ttl"),
+                    ProblemKind::Needs("cache_ttl", "store: redis"),
+                );
+            }
+            let path = f.file.clone().unwrap_or_else(|| {
+                c.problem(at, ProblemKind::Needs("store: file", "file"));
+                String::new()
+            });
+            KeyStore::File {
+                path,
+                consumers: Default::default(),
+            }
+        }
+        "redis" => {
+            if f.file.is_some() {
+                c.problem(&at.key("file"), ProblemKind::Needs("file", "store: file"));
+            }
+            let at = at.key("cache_ttl");
+            let cache_ttl = c.duration(&at, f.cache_ttl.as_deref(), Duration::from_secs(10));
+            if cache_ttl.is_zero() {
+                c.problem(&at, ProblemKind::Zero("cache_ttl".to_string()));
+            }
+            KeyStore::Redis { cache_ttl }
+        }
+        other => {
+            c.problem(
+                &at.key("store"),
+                ProblemKind::BadKeyStore(other.to_string()),
+            );
+            KeyStore::Redis {
+                cache_ttl: Duration::from_secs(10),
+            }
         }
     };
     ApiKeyConfig {
         header: header.to_ascii_lowercase(),
-        file,
-        consumers: Default::default(),
+        store,
         required: f.required,
         failures: f.failures.as_ref().map_or(FAILURES, |failures| {
             let at = at.key("failures");

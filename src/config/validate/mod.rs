@@ -31,6 +31,16 @@ pub(super) fn validate(
     let client_ip = server::client_ip(&mut c, &file.client_ip);
     let identity = server::identity(&mut c, file.identity.as_ref());
     let limiter = limiter::limiter(&mut c, &file.limiter);
+    if let IdentityConfig::ApiKey(keys) = &identity {
+        let redis_store = matches!(keys.store, super::consumers::KeyStore::Redis { .. });
+        if redis_store && limiter.backend == super::Backend::Local {
+            let at = KeyPath::root("identity").key("api_key").key("store");
+            c.problem(
+                &at,
+                ProblemKind::Needs("store: redis", "limiter.backend: redis"),
+            );
+        }
+    }
     let response = limiter::response(&mut c, &file.response);
     let upstreams = file
         .upstreams
