@@ -3,10 +3,12 @@
 
 use crate::access_log::AccessLogLine;
 use crate::balance::hash_key;
+use crate::config::consumers::KeySource;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::Balance;
 use crate::config::RouteAction;
 use crate::forward::{rewritten_target, Values};
+use crate::keys::without_query_param;
 use crate::policy;
 use crate::policy::{Early, HeldLeases, LimitReport, RateEntry, Rejection, Routed, Verdict};
 use crate::request::{request_path, UpstreamRewrite};
@@ -228,6 +230,11 @@ impl RequestCtx {
                 self.client = Some(policy::client_ip(&state, head, peer_or_loopback));
             }
         }
+        // A key sent in the query never reaches the upstream.
+        if let Some(KeySource::Query(name)) = state.identity.api_keys().map(|k| &k.source) {
+            let sent = target.as_deref().unwrap_or(head.raw_path());
+            target = without_query_param(sent, name).or(target);
+        }
         let route = self.route();
         let edits = route
             .filter(|r| !r.forward.request_headers.is_empty())
@@ -246,11 +253,13 @@ impl RequestCtx {
             target,
             host,
             remove: self.state.identity.trusted_header().filter(|_| !trusted),
-            consumer: self
-                .state
-                .identity
-                .api_keys()
-                .map(|keys| (keys.header.as_str(), self.user.as_deref())),
+            consumer: self.state.identity.api_keys().map(|keys| {
+                let header = match &keys.source {
+                    KeySource::Header(name) => Some(name.as_str()),
+                    KeySource::Query(_) => None,
+                };
+                (header, self.user.as_deref())
+            }),
             forwarded_for: peer,
             request_id: self
                 .request_id

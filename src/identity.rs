@@ -7,9 +7,10 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
-use crate::config::consumers::{Consumer, Consumers, Failures, KeyStore};
+use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
 use crate::config::{IdentityConfig, JwtConfig, JwtKey};
 use crate::key_store::RedisKeys;
+use crate::keys::PartValue;
 use crate::limiter::Decider;
 use crate::metrics::IdentityMetrics;
 use jsonwebtoken::{decode, DecodingKey, Validation};
@@ -61,6 +62,16 @@ impl<'a> Established<'a> {
     }
 }
 
+impl<'a> From<HeaderValues<'a>> for PartValue<'a> {
+    fn from(values: HeaderValues<'a>) -> Self {
+        match values {
+            HeaderValues::Absent => PartValue::Missing,
+            HeaderValues::One(value) => PartValue::One(Cow::Borrowed(value)),
+            HeaderValues::Several => PartValue::Ambiguous,
+        }
+    }
+}
+
 /// What a request carries under one header name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderValues<'a> {
@@ -87,8 +98,8 @@ pub enum Identity {
 
 /// API keys, looked up by their hash in a consumers store.
 pub struct ApiKeys {
-    /// The header carrying the key (lower case).
-    pub header: String,
+    /// Where a request carries its key.
+    pub source: KeySource,
     store: Store,
     required: bool,
     /// Unknown keys one client IP may send per window.
@@ -117,12 +128,12 @@ impl ApiKeys {
         }
     }
 
-    /// The key a header's values hold, or what their absence (or
-    /// ambiguity) establishes.
-    fn key<'h, 'a>(&self, sent: HeaderValues<'h>) -> Result<&'h [u8], Established<'a>> {
+    /// The key a request sent (`sent`: its header's or query parameter's
+    /// value), or what its absence (or ambiguity) establishes.
+    fn key<'h, 'a>(&self, sent: PartValue<'h>) -> Result<Cow<'h, [u8]>, Established<'a>> {
         match sent {
-            HeaderValues::Absent => Err(Established::user(User::Absent)),
-            HeaderValues::One(key) if !key.is_empty() => Ok(key),
+            PartValue::Missing => Err(Established::user(User::Absent)),
+            PartValue::One(key) if !key.is_empty() => Ok(key),
             _ => {
                 let mut unknown = Established::user(User::Invalid("API key sent more than once"));
                 unknown.unknown_key = true;
@@ -157,39 +168,38 @@ impl ApiKeys {
         }
     }
 
-    /// The identity a key header's values establish, from the consumers
-    /// file (a Redis store is asked by [`ApiKeys::establish_remote`]).
-    fn establish<'a>(&self, sent: HeaderValues<'_>) -> Established<'a> {
+    /// The identity the key a request sent establishes, from the consumers
+    /// file (a Redis store is asked by [`ApiKeys::establish_remote`]; here
+    /// its answer is a failed lookup).
+    pub fn establish_local<'a>(&self, sent: PartValue<'_>) -> Established<'a> {
         let key = match self.key(sent) {
             Ok(key) => key,
             Err(established) => return established,
         };
         match &self.store {
-            Store::File(consumers) => self.answer(Ok(consumers.find(key).cloned())),
+            Store::File(consumers) => self.answer(Ok(consumers.find(&key).cloned())),
             Store::Redis(_) => self.answer(Err(())),
         }
     }
 
-    /// The identity a key header's values establish, asking the Redis
+    /// The identity the key a request sent establishes, asking the Redis
     /// store through `decider` when its cache has no answer.
     pub async fn establish_remote<'a>(
         &self,
-        sent: HeaderValues<'_>,
+        sent: PartValue<'_>,
         decider: &Decider,
     ) -> Established<'a> {
+        let Store::Redis(store) = &self.store else {
+            return self.establish_local(sent);
+        };
         let key = match self.key(sent) {
             Ok(key) => key,
             Err(established) => return established,
         };
-        match &self.store {
-            Store::File(consumers) => self.answer(Ok(consumers.find(key).cloned())),
-            Store::Redis(store) => {
-                let found = store.find(key, decider).await.map_err(|e| {
-                    log::debug!("API-key lookup failed: {e}");
-                });
-                self.answer(found)
-            }
-        }
+        let found = store.find(&key, decider).await.map_err(|e| {
+            log::debug!("API-key lookup failed: {e}");
+        });
+        self.answer(found)
     }
 }
 
@@ -217,7 +227,7 @@ impl Identity {
                 };
                 let lookups = |result: &str| metrics.lookups.with_label_values(&[label, result]);
                 Identity::ApiKey(ApiKeys {
-                    header: keys.header.clone(),
+                    source: keys.source.clone(),
                     store,
                     required: keys.required,
                     failures: keys.failures,
@@ -236,22 +246,6 @@ impl Identity {
             Identity::Jwt(v) => v.required,
             Identity::ApiKey(keys) => keys.required,
             _ => false,
-        }
-    }
-
-    /// [`Identity::establish`], asking a Redis key store (through
-    /// `decider`) when the keys are kept there.
-    pub async fn establish_async<'a>(
-        &self,
-        header: impl Fn(&str) -> HeaderValues<'a>,
-        from_trusted_proxy: bool,
-        decider: &Decider,
-    ) -> Established<'a> {
-        match self {
-            Identity::ApiKey(keys) if keys.redis_store().is_some() => {
-                keys.establish_remote(header(&keys.header), decider).await
-            }
-            _ => self.establish(header, from_trusted_proxy),
         }
     }
 
@@ -304,7 +298,12 @@ impl Identity {
                 HeaderValues::One(value) => return verifier.establish(value),
                 HeaderValues::Several => User::Invalid("token header sent more than once"),
             },
-            Identity::ApiKey(keys) => return keys.establish(header(&keys.header)),
+            // The policy step hands an API key to [`ApiKeys`] itself (it may
+            // sit in the query, and the store may be remote).
+            Identity::ApiKey(keys) => match &keys.source {
+                KeySource::Header(name) => return keys.establish_local(header(name).into()),
+                KeySource::Query(_) => User::Absent,
+            },
         };
         Established::user(user)
     }

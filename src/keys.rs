@@ -183,6 +183,29 @@ pub fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
     found
 }
 
+/// `target` (origin form) without query parameter `name` (compared as
+/// [`query_value`] decodes it), or `None` when it has no such parameter.
+/// The other parameters stay as they were sent, in order.
+pub fn without_query_param(target: &[u8], name: &str) -> Option<Vec<u8>> {
+    let at = target.iter().position(|&b| b == b'?')?;
+    let (path, query) = (&target[..at], &target[at + 1..]);
+    let named = |pair: &&[u8]| {
+        let raw_name = pair.split(|&b| b == b'=').next().unwrap_or(pair);
+        form_decode(raw_name).as_ref() == name.as_bytes()
+    };
+    let pairs: Vec<&[u8]> = query.split(|&b| b == b'&').collect();
+    if !pairs.iter().any(named) {
+        return None;
+    }
+    let kept: Vec<&[u8]> = pairs.into_iter().filter(|p| !named(p)).collect();
+    let mut out = path.to_vec();
+    if !kept.is_empty() {
+        out.push(b'?');
+        out.extend_from_slice(&kept.join(&b'&'));
+    }
+    Some(out)
+}
+
 /// Percent-decodes `raw`, with `+` as a space; invalid escapes stay as they are.
 fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
     if !raw.iter().any(|&b| b == b'%' || b == b'+') {
@@ -401,6 +424,25 @@ mod tests {
 
     fn one(value: &[u8]) -> PartValue<'_> {
         PartValue::One(Cow::Borrowed(value))
+    }
+
+    #[test]
+    fn a_query_parameter_is_removed_in_every_spelling_and_the_rest_kept() {
+        let strip = |t: &str| {
+            without_query_param(t.as_bytes(), "api_key").map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(strip("/a?api_key=s3cret"), Some("/a".into()));
+        assert_eq!(
+            strip("/a?x=1&api_key=s3cret&y=2"),
+            Some("/a?x=1&y=2".into())
+        );
+        assert_eq!(
+            strip("/a?api%5Fkey=s3cret&api_key=again&z"),
+            Some("/a?z".into())
+        );
+        assert_eq!(strip("/a?api_key"), Some("/a".into()));
+        assert_eq!(strip("/a?x=api_key"), None);
+        assert_eq!(strip("/a"), None);
     }
 
     #[test]

@@ -16,11 +16,13 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+use crate::config::consumers::KeySource;
 use crate::config::{Algorithm, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource};
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
 use crate::identity::{Claims, HeaderValues, User};
 use crate::key_failures;
+use crate::keys::query_value;
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
 use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
@@ -753,10 +755,20 @@ async fn identify<'v, 'r>(
     }
     let trusted = state.client_ip.is_trusted(view.peer);
     let head = view.head;
-    let established = state
-        .identity
-        .establish_async(|name| header_values(head, name), trusted, &state.decider)
-        .await;
+    let established = match state.identity.api_keys() {
+        Some(keys) => {
+            let sent = match &keys.source {
+                KeySource::Header(name) => header_values(head, name).into(),
+                KeySource::Query(name) => {
+                    query_value(head.uri.query().unwrap_or("").as_bytes(), name)
+                }
+            };
+            keys.establish_remote(sent, &state.decider).await
+        }
+        None => state
+            .identity
+            .establish(|name| header_values(head, name), trusted),
+    };
     if established.store_failed && (state.identity.required() || fails_closed(state)) {
         return Err(Rejection::Unavailable { route: &route.name });
     }

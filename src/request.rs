@@ -147,9 +147,9 @@ pub struct UpstreamRewrite<'a> {
     pub forwarded_for: Option<IpAddr>,
     /// The request ID header and the request's ID, replacing any sent.
     pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
-    /// With API keys: the key's header, removed, and the consumer, sent
-    /// as `x-consumer-id` (replacing any the client sent).
-    pub consumer: Option<(&'a str, Option<&'a [u8]>)>,
+    /// With API keys: the key's header (if it comes in one), removed, and
+    /// the consumer, sent as `x-consumer-id` (replacing any the client sent).
+    pub consumer: Option<(Option<&'a str>, Option<&'a [u8]>)>,
     /// The route's request header edits, with the request's values (last:
     /// what the operator configured wins).
     pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
@@ -178,7 +178,9 @@ impl UpstreamRewrite<'_> {
             req.insert_header(name.clone(), id.clone())?;
         }
         if let Some((key_header, consumer)) = self.consumer {
-            req.remove_header(key_header);
+            if let Some(name) = key_header {
+                req.remove_header(name);
+            }
             req.remove_header(CONSUMER_HEADER);
             if let Some(id) = consumer {
                 req.insert_header(CONSUMER_HEADER, id)?;

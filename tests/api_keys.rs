@@ -258,3 +258,45 @@ fn a_consumers_file_is_checked_at_its_own_lines() {
         "the key itself was printed: {stderr}"
     );
 }
+
+#[test]
+fn a_key_in_the_query_is_read_there_and_removed_from_what_goes_upstream() {
+    let (redis, upstream) = (RedisServer::start(), Upstream::start());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let consumers = dir.path().join("consumers.yaml");
+    write_consumers(&consumers, &[("acme", "pro", ACME_KEY)]);
+    let text =
+        config(&redis, &upstream, &consumers, true).replace("header: x-api-key", "query: api_key");
+    let sluice = Sluice::start(&text);
+    let response = sluice.get(&format!("/orders?page=2&api_key={ACME_KEY}&sort=asc"), &[]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(response.header("x-ratelimit-limit"), Some("6"));
+    assert_eq!(
+        upstream.targets().last().map(String::as_str),
+        Some("/orders?page=2&sort=asc")
+    );
+    assert_eq!(
+        upstream.last_header("x-consumer-id").as_deref(),
+        Some("acme")
+    );
+    // Percent-encoded, the same key; in a header, no key at all.
+    let encoded = ACME_KEY.replace('-', "%2D");
+    assert_eq!(
+        sluice
+            .get(&format!("/orders?api%5Fkey={encoded}"), &[])
+            .status,
+        200
+    );
+    assert_eq!(
+        upstream.targets().last().map(String::as_str),
+        Some("/orders")
+    );
+    assert_eq!(
+        sluice.get("/orders", &[("X-Api-Key", ACME_KEY)]).status,
+        401
+    );
+    wait_until(Duration::from_secs(10), "the access log lines", || {
+        sluice.log().matches("\"consumer\":\"acme\"").count() == 2
+    });
+    assert!(!sluice.log().contains(ACME_KEY));
+}

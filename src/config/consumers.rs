@@ -17,14 +17,23 @@ use std::time::Duration;
 /// `identity.api_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyConfig {
-    /// The request header carrying the key (lower case).
-    pub header: String,
+    /// Where a request carries its key.
+    pub source: KeySource,
     /// Where the consumers are kept.
     pub store: KeyStore,
     /// Answer 401 to a request without a valid key, on every route.
     pub required: bool,
     /// Unknown keys one client IP may present per window.
     pub failures: Failures,
+}
+
+/// Where a request carries its API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// A header (lower-case name).
+    Header(String),
+    /// A query parameter (removed from the target sent upstream).
+    Query(String),
 }
 
 /// `identity.api_key.store`.

@@ -3,7 +3,7 @@
 //! (`config/consumers.rs`), so that its problems carry its own path.
 
 use super::super::checker::Checker;
-use super::super::consumers::{ApiKeyConfig, Failures, KeyStore};
+use super::super::consumers::{ApiKeyConfig, Failures, KeySource, KeyStore};
 use super::super::file::ApiKeyFile;
 use super::super::problem::{KeyPath, ProblemKind};
 use std::time::Duration;
@@ -15,14 +15,23 @@ const FAILURES: Failures = Failures {
 };
 
 pub(super) fn api_key(c: &mut Checker, at: &KeyPath, f: &ApiKeyFile) -> ApiKeyConfig {
-    if f.query.is_some() {
-        c.problem(
-            &at.key("query"),
-            ProblemKind::NotSupported("`api_key.query`"),
-        );
-    }
-    let header = f.header.as_deref().unwrap_or("x-api-key");
-    c.header_name(&at.key("header"), header);
+    let source = match (&f.header, &f.query) {
+        (Some(_), Some(_)) => {
+            let (owner, a, b) = ("`api_key` reads", "header", "query");
+            c.problem(at, ProblemKind::NotBoth { owner, a, b });
+            KeySource::Header(String::new())
+        }
+        (None, Some(name)) if !name.is_empty() => KeySource::Query(name.clone()),
+        (None, Some(name)) => {
+            c.problem(&at.key("query"), ProblemKind::BadQueryName(name.clone()));
+            KeySource::Query(String::new())
+        }
+        (header, None) => {
+            let header = header.as_deref().unwrap_or("x-api-key");
+            c.header_name(&at.key("header"), header);
+            KeySource::Header(header.to_ascii_lowercase())
+        }
+    };
     let store = match f.store.as_deref().unwrap_or("file") {
         "file" => {
             if f.cache_ttl.is_some() {
@@ -62,7 +71,7 @@ pub(super) fn api_key(c: &mut Checker, at: &KeyPath, f: &ApiKeyFile) -> ApiKeyCo
         }
     };
     ApiKeyConfig {
-        header: header.to_ascii_lowercase(),
+        source,
         store,
         required: f.required,
         failures: f.failures.as_ref().map_or(FAILURES, |failures| {
