@@ -216,6 +216,23 @@ fn api_key_lookup(c: &mut Criterion) {
     group.bench_function("miss_of_10000", |b| {
         b.iter(|| black_box(with_keys.establish(sent(miss), false)))
     });
+    // The Redis store's warm path: the key hashed, its answer found in the
+    // lookup cache (10,000 answers cached).
+    let store = sluice::key_store::RedisKeys::new("sluice:", Duration::from_secs(60));
+    for i in 0..10_000 {
+        let key = format!("key-{i:05}-0123456789abcdef");
+        let consumer = sluice::config::consumers::Consumer {
+            id: Arc::from(format!("c{i}").as_str()),
+            plan: Some(Arc::from("pro")),
+        };
+        store.remember(
+            sluice::config::consumers::key_hash(key.as_bytes()),
+            Some(consumer),
+        );
+    }
+    group.bench_function("redis_store_warm_cache_hit", |b| {
+        b.iter(|| black_box(store.cached(&sluice::config::consumers::key_hash(black_box(hit)))))
+    });
     group.finish();
 }
 

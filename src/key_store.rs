@@ -66,15 +66,8 @@ impl RedisKeys {
         decider: &Decider,
     ) -> Result<Option<Consumer>, LimiterError> {
         let hash = key_hash(key);
-        let now = Instant::now();
-        if let Some((at, answer)) = self.cache.locked().get(&hash) {
-            let ttl = match answer {
-                Some(_) => self.cache_ttl,
-                None => self.cache_ttl.min(UNKNOWN_TTL),
-            };
-            if now.duration_since(*at) < ttl {
-                return Ok(answer.clone());
-            }
+        if let Some(answer) = self.cached(&hash) {
+            return Ok(answer);
         }
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(self.key_hash_key(&hex(&hash)));
@@ -88,6 +81,25 @@ impl RedisKeys {
                 id: Arc::from(id.as_str()),
                 plan: fields.get("plan").map(|p| Arc::from(p.as_str())),
             });
+        self.remember(hash, answer.clone());
+        Ok(answer)
+    }
+
+    /// The cached answer for the key whose hash is `hash`, while it lasts:
+    /// `Some(None)` for a key known not to exist.
+    pub fn cached(&self, hash: &[u8; 32]) -> Option<Option<Consumer>> {
+        let cache = self.cache.locked();
+        let (at, answer) = cache.get(hash)?;
+        let ttl = match answer {
+            Some(_) => self.cache_ttl,
+            None => self.cache_ttl.min(UNKNOWN_TTL),
+        };
+        (at.elapsed() < ttl).then(|| answer.clone())
+    }
+
+    /// Caches `answer` for the key whose hash is `hash`, from now.
+    pub fn remember(&self, hash: [u8; 32], answer: Option<Consumer>) {
+        let now = Instant::now();
         let mut cache = self.cache.locked();
         if cache.len() >= MAX_CACHED {
             let longest = self.cache_ttl.max(UNKNOWN_TTL);
@@ -96,8 +108,7 @@ impl RedisKeys {
                 cache.clear();
             }
         }
-        cache.insert(hash, (now, answer.clone()));
-        Ok(answer)
+        cache.insert(hash, (now, answer));
     }
 
     /// Creates a key for `consumer` (with `plan`): the key, returned once,
