@@ -139,42 +139,7 @@ impl GatewayState {
         let compiled = config
             .routes
             .iter()
-            .map(|route| CompiledRoute {
-                name: route.name.clone(),
-                action: route.action.clone(),
-                limits: route
-                    .limits
-                    .iter()
-                    .map(|limit| CompiledLimit {
-                        config: limit.clone(),
-                        counters: metrics.limit_counters(
-                            &route.name,
-                            &limit.name,
-                            limit.shadow,
-                            !(config.exempt.is_empty()
-                                && route.exempt.is_empty()
-                                && limit.exempt.is_empty()),
-                            !limit.max_delay.is_zero(),
-                        ),
-                    })
-                    .collect(),
-                exempt: route.exempt.clone(),
-                forward: route.forward.clone(),
-                keeps_user: route.forward.uses_user() || hashes_user(&config, route),
-                max_body_bytes: route.max_body_bytes,
-                template: match &route.path {
-                    crate::config::PathMatch::Template(t) => Some(t.clone()),
-                    _ => None,
-                },
-                duration: metrics
-                    .request_duration
-                    .with_label_values(&[route.name.as_str()]),
-                delays: route
-                    .limits
-                    .iter()
-                    .any(|l| !l.max_delay.is_zero())
-                    .then(|| metrics.delays.with_label_values(&[route.name.as_str()])),
-            })
+            .map(|route| compile_route(&config, route, metrics))
             .collect();
         Ok(Self {
             routes: RouteTable::new(&config.routes),
@@ -189,5 +154,49 @@ impl GatewayState {
             decider: Arc::new(decider),
             config,
         })
+    }
+}
+
+/// `route` with its limits' counters and its metric handles.
+fn compile_route(
+    config: &Config,
+    route: &crate::config::RouteConfig,
+    metrics: &Metrics,
+) -> CompiledRoute {
+    CompiledRoute {
+        name: route.name.clone(),
+        action: route.action.clone(),
+        limits: route
+            .limits
+            .iter()
+            .map(|limit| CompiledLimit {
+                config: limit.clone(),
+                counters: metrics.limit_counters(
+                    &route.name,
+                    &limit.name,
+                    limit.shadow,
+                    !(config.exempt.is_empty()
+                        && route.exempt.is_empty()
+                        && limit.exempt.is_empty()),
+                    !limit.max_delay.is_zero(),
+                ),
+            })
+            .collect(),
+        exempt: route.exempt.clone(),
+        forward: route.forward.clone(),
+        keeps_user: route.forward.uses_user() || hashes_user(config, route),
+        max_body_bytes: route.max_body_bytes,
+        template: match &route.path {
+            crate::config::PathMatch::Template(t) => Some(t.clone()),
+            _ => None,
+        },
+        duration: metrics
+            .request_duration
+            .with_label_values(&[route.name.as_str()]),
+        delays: route
+            .limits
+            .iter()
+            .any(|l| !l.max_delay.is_zero())
+            .then(|| metrics.delays.with_label_values(&[route.name.as_str()])),
     }
 }

@@ -555,7 +555,6 @@ impl Limiter for ClusterLimiter {
         Ok(())
     }
 
-    /// Healthy unless every known primary's circuit is open.
     /// Routed to the key's primary by the cluster connection.
     async fn query(
         &self,
@@ -563,12 +562,11 @@ impl Limiter for ClusterLimiter {
         timeout: Duration,
     ) -> Result<redis::Value, LimiterError> {
         let mut conn = self.connection().await?;
-        match tokio::time::timeout(timeout, cmd.query_async(&mut conn)).await {
-            Ok(result) => result.map_err(|e| wire::classify(&e, self.budget)),
-            Err(_) => Err(LimiterError::Timeout(timeout)),
-        }
+        let classify = |e: redis::RedisError| wire::classify(&e, self.budget);
+        wire::query_within(&mut conn, &cmd, timeout, classify).await
     }
 
+    /// Healthy unless every known primary's circuit is open.
     fn is_healthy(&self) -> bool {
         let nodes = self.nodes.locked();
         let circuits = self.circuits.locked();

@@ -892,19 +892,16 @@ impl Limiter for RedisLimiter {
             .map(|_| ())
     }
 
-    /// False while the circuit is open (Redis found unhealthy, not called).
     async fn query(
         &self,
         cmd: redis::Cmd,
         timeout: Duration,
     ) -> Result<redis::Value, LimiterError> {
         let mut conn = self.connection().await?;
-        match tokio::time::timeout(timeout, cmd.query_async(&mut conn)).await {
-            Ok(result) => result.map_err(|e| self.classify(e)),
-            Err(_) => Err(LimiterError::Timeout(timeout)),
-        }
+        wire::query_within(&mut conn, &cmd, timeout, |e| self.classify(e)).await
     }
 
+    /// False while the circuit is open (Redis found unhealthy, not called).
     fn is_healthy(&self) -> bool {
         !self.circuit.is_open()
     }

@@ -329,6 +329,20 @@ pub(super) const UNHEALTHY_CODES: &[&str] = &[
 /// the `budget` it ran out of), Redis unable to serve (`UNHEALTHY_CODES`, or
 /// a cluster redirection the client could not follow), or an error confined
 /// to this one call.
+/// Runs `cmd` on `conn` within `timeout`, its errors made a
+/// [`LimiterError`] by `classify`: one command on one key, for both backends.
+pub(super) async fn query_within<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    cmd: &redis::Cmd,
+    timeout: Duration,
+    classify: impl Fn(redis::RedisError) -> LimiterError,
+) -> Result<redis::Value, LimiterError> {
+    match tokio::time::timeout(timeout, cmd.query_async(conn)).await {
+        Ok(result) => result.map_err(classify),
+        Err(_) => Err(LimiterError::Timeout(timeout)),
+    }
+}
+
 pub(super) fn classify(error: &redis::RedisError, budget: Duration) -> LimiterError {
     // A timeout is an I/O error to redis-rs too: ask about it first.
     if error.is_timeout() {
