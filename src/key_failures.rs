@@ -10,7 +10,6 @@
 use crate::config::consumers::Failures;
 use crate::config::Algorithm;
 use crate::limiter::LimitCheck;
-use crate::policy::Rejection;
 use crate::state::GatewayState;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -38,14 +37,9 @@ fn check(key: &str, failures: Failures) -> LimitCheck<'_> {
     }
 }
 
-/// The 429 for a request from `client` that sent an API key, if its
-/// failures are over the limit; an `unknown` key is counted first.
-pub async fn judge<'r>(
-    state: &GatewayState,
-    route: &'r str,
-    client: IpAddr,
-    unknown: bool,
-) -> Option<Rejection<'r>> {
+/// Whether `client`, which sent an API key, is over its failures: the
+/// whole seconds to wait when it is. An `unknown` key is counted first.
+pub async fn over_limit(state: &GatewayState, client: IpAddr, unknown: bool) -> Option<u64> {
     let keys = state.identity.api_keys()?;
     let key = counter_key(&state.config.limiter.redis.key_prefix, client);
     let checks = [check(&key, keys.failures)];
@@ -63,16 +57,6 @@ pub async fn judge<'r>(
             .first()
             .map(|d| d.retry_after)
     };
-    let retry_after = wait
-        .unwrap_or(keys.failures.window)
-        .as_secs_f64()
-        .ceil()
-        .max(1.0) as u64;
-    Some(Rejection::TooMany {
-        status: state.config.response.status,
-        route,
-        limit: LIMIT_NAME,
-        retry_after,
-        headers: Vec::new(),
-    })
+    let wait = wait.unwrap_or(keys.failures.window);
+    Some((wait.as_secs_f64().ceil() as u64).max(1))
 }

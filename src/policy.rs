@@ -777,8 +777,14 @@ async fn identify<'v, 'r>(
         let client = client_ip(state, head, view.peer);
         report.client = Some(client);
         let unknown = established.unknown_key;
-        if let Some(rejection) = key_failures::judge(state, &route.name, client, unknown).await {
-            return Err(rejection);
+        if let Some(retry_after) = key_failures::over_limit(state, client, unknown).await {
+            return Err(Rejection::TooMany {
+                status: state.config.response.status,
+                route: &route.name,
+                limit: key_failures::LIMIT_NAME,
+                retry_after,
+                headers: Vec::new(),
+            });
         }
     }
     let user = match established.user {
