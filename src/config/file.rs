@@ -442,7 +442,8 @@ pub struct RespondFile {
 pub struct LimitFile {
     pub name: String,
     pub key: Vec<KeyPartFile>,
-    pub limit: u64,
+    /// Absent only beside `plans`: then the smallest plan's number.
+    pub limit: Option<u64>,
     pub window: Option<String>,
     pub algorithm: Option<AlgorithmFile>,
     pub on_missing: Option<OnMissing>,

@@ -530,6 +530,9 @@ pub enum ProblemKind {
     /// `cors.origins: ["*"]` with `credentials: true`.
     #[error("browsers refuse credentials from a page of any origin: list the origins, or set `credentials: false`")]
     AnyOriginWithCredentials,
+    /// A limit without a number.
+    #[error("a limit needs `limit` (or `plans`: a request without a listed plan then gets the smallest)")]
+    NoLimit,
     /// `api_key.store` that is neither file nor redis.
     #[error("`store` is file or redis, not `{0}`")]
     BadKeyStore(String),

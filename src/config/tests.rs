@@ -708,3 +708,15 @@ fn cors_that_browsers_would_refuse_is_refused() {
     let err = error_of(&route("{origins: [\"*\"], methods: [\"GE T\"]}"));
     assert!(err.contains("`GE T` is not an HTTP method"), "{err}");
 }
+
+#[test]
+fn a_limit_with_plans_may_leave_out_its_own_number() {
+    let text = "routes:\n  - name: r\n    respond: {}\n    limits:\n      - { name: l, key: [ip], window: 1m, limit_from: {header: x-plan}, plans: {free: 100, pro: 5000} }\n";
+    let config = load(text).expect("plans without limit");
+    assert_eq!(config.routes[0].limits[0].limit, 100, "the smallest plan");
+    let err = error_of("routes:\n  - name: r\n    respond: {}\n    limits:\n      - { name: l, key: [ip], window: 1m }\n");
+    assert!(
+        err.contains("test.yaml:5:9: a limit needs `limit` (or `plans`"),
+        "{err}"
+    );
+}

@@ -42,7 +42,8 @@ pub(super) fn limit(
         }
     }
     let key = key_parts(c, &path.key("key"), &f.key, template);
-    if f.limit == 0 {
+    let limit = written_limit(c, path, f);
+    if limit == 0 {
         c.problem(&path.key("limit"), ProblemKind::ZeroLimit);
     }
     let calendar = calendar(c, path, f, kind);
@@ -64,8 +65,7 @@ pub(super) fn limit(
             min: "1",
         };
         c.problem(&path.key("cost"), kind);
-    } else if cost > f.limit && f.limit > 0 && kind != AlgorithmFile::TokenBucket {
-        let limit = f.limit;
+    } else if cost > limit && limit > 0 && kind != AlgorithmFile::TokenBucket {
         c.problem(
             &path.key("cost"),
             ProblemKind::CostOverLimit { cost, limit },
@@ -81,7 +81,7 @@ pub(super) fn limit(
     LimitConfig {
         name: f.name.clone(),
         key,
-        limit: f.limit,
+        limit,
         window,
         algorithm,
         on_missing: f.on_missing.unwrap_or(defaults::ON_MISSING),
@@ -549,6 +549,25 @@ fn window(c: &mut Checker, path: &KeyPath, f: &LimitFile, kind: AlgorithmFile) -
     }
 }
 
+/// `limit:`, or, when only `plans` are written, the smallest plan's number
+/// (what a request without a listed plan gets).
+fn written_limit(c: &mut Checker, path: &KeyPath, f: &LimitFile) -> u64 {
+    if let Some(limit) = f.limit {
+        return limit;
+    }
+    match f
+        .plans
+        .as_ref()
+        .and_then(|plans| plans.values().copied().min())
+    {
+        Some(smallest) => smallest,
+        None => {
+            c.problem(path, ProblemKind::NoLimit);
+            1
+        }
+    }
+}
+
 fn algorithm(
     c: &mut Checker,
     path: &KeyPath,
@@ -557,7 +576,10 @@ fn algorithm(
     window: Duration,
     cost: u64,
 ) -> Algorithm {
-    let limit = f.limit;
+    let limit = f
+        .limit
+        .or_else(|| f.plans.as_ref()?.values().copied().min())
+        .unwrap_or(0);
     match kind {
         AlgorithmFile::SlidingLog => {
             if limit > MAX_LOG {
