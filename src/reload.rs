@@ -180,7 +180,13 @@ impl BackgroundService for Reloader {
                 read = hangups.read(&mut buffer) => match read {
                     // Several signals may have arrived at once: one reload
                     // reads the file as it is now, which covers them all.
-                    Ok(n) if n > 0 => "SIGHUP",
+                    // The watch takes the file as it is now, before the
+                    // reload reads it: a change made during the reload is
+                    // then still a change (taking it after could swallow it).
+                    Ok(n) if n > 0 => {
+                        watch.reloaded();
+                        "SIGHUP"
+                    }
                     Ok(_) => return,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => {
@@ -193,7 +199,6 @@ impl BackgroundService for Reloader {
             if let Err(e) = tokio::task::spawn_blocking(move || job.reload_and_log(cause)).await {
                 log::error!("config reload did not finish: {e}");
             }
-            watch.reloaded();
         }
     }
 }

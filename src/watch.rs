@@ -49,8 +49,9 @@ impl ConfigWatch {
         false
     }
 
-    /// Takes the file's content now as loaded (after a reload for another
-    /// reason, such as `SIGHUP`).
+    /// Takes the file's content now as loaded: called just before a reload
+    /// for another reason (`SIGHUP`) reads it, never after — a change made
+    /// while that reload ran would be taken as loaded and never reloaded.
     pub fn reloaded(&mut self) {
         self.loaded = fingerprint(&self.path);
         self.previous = self.loaded;
@@ -95,5 +96,10 @@ mod tests {
         watch.reloaded();
         assert!(!watch.changed());
         assert!(!watch.changed());
+        // A change made while that reload ran is still a change.
+        watch.reloaded();
+        std::fs::write(&path, "e").unwrap();
+        assert!(!watch.changed());
+        assert!(watch.changed());
     }
 }
