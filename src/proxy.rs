@@ -195,6 +195,12 @@ impl ProxyHttp for Gateway {
         respond::fail_to_proxy(session, e, ctx).await
     }
 
+    /// The request as error-log lines name it: without its query (an API
+    /// key or a token may ride there), with its request ID.
+    fn request_summary(&self, session: &Session, ctx: &RequestCtx) -> String {
+        crate::request::summary(session.req_header(), ctx.request_id.as_ref())
+    }
+
     async fn request_body_filter(
         &self,
         _session: &mut Session,

@@ -155,6 +155,25 @@ pub struct UpstreamRewrite<'a> {
     pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
 }
 
+/// How a request is named in the error log: its method, its path without
+/// the query (which may carry an API key or a token), its Host and its ID.
+pub fn summary(req: &RequestHeader, request_id: Option<&HeaderValue>) -> String {
+    let target = req.raw_path();
+    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+    let host = req
+        .headers
+        .get(header::HOST)
+        .map(|h| h.as_bytes())
+        .unwrap_or(b"");
+    format!(
+        "{} {}, Host: {}, request ID: {}",
+        req.method,
+        String::from_utf8_lossy(path),
+        String::from_utf8_lossy(host),
+        request_id.and_then(|id| id.to_str().ok()).unwrap_or("-"),
+    )
+}
+
 /// The header the upstream learns a request's consumer from.
 pub const CONSUMER_HEADER: &str = "x-consumer-id";
 
@@ -295,6 +314,17 @@ mod tests {
         let mut twice = head("/", &[("upgrade", "websocket"), ("upgrade", "websocket")]);
         drop_foreign_upgrade(&mut twice);
         assert!(twice.headers.get("upgrade").is_none());
+    }
+
+    #[test]
+    fn the_error_log_names_a_request_without_its_query() {
+        let req = head("/orders?api_key=s3cret&x=1", &[("host", "api.example")]);
+        let id = HeaderValue::from_static("0190-id");
+        let summary = summary(&req, Some(&id));
+        assert_eq!(
+            summary,
+            "GET /orders, Host: api.example, request ID: 0190-id"
+        );
     }
 
     #[test]

@@ -300,3 +300,34 @@ fn a_key_in_the_query_is_read_there_and_removed_from_what_goes_upstream() {
     });
     assert!(!sluice.log().contains(ACME_KEY));
 }
+
+#[test]
+fn a_key_in_the_query_stays_out_of_the_error_log_of_a_failed_upstream() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let consumers = dir.path().join("consumers.yaml");
+    write_consumers(&consumers, &[("acme", "pro", ACME_KEY)]);
+    let dead = Upstream::start();
+    let text = config(&redis, &dead, &consumers, false)
+        .replace("header: x-api-key", "query: api_key")
+        .replace(
+            &dead.addr.to_string(),
+            &format!("127.0.0.1:{}", free_port()),
+        );
+    drop(dead);
+    let sluice = Sluice::start(&text);
+    let response = sluice.get(&format!("/orders?api_key={ACME_KEY}"), &[]);
+    assert_eq!(response.status, 502, "{}", response.body);
+    let id = response
+        .header("x-request-id")
+        .expect("request id")
+        .to_string();
+    // The error line names the request by path and ID, not by its query.
+    wait_until(Duration::from_secs(10), "the error log line", || {
+        sluice.log().contains(&format!(
+            "GET /orders, Host: {}, request ID: {id}",
+            sluice.addr
+        ))
+    });
+    assert!(!sluice.log().contains(ACME_KEY), "{}", sluice.log());
+}
