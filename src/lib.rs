@@ -41,6 +41,7 @@ pub mod reload;
 pub mod request;
 pub mod request_id;
 pub mod respond;
+pub mod rls;
 pub mod route;
 pub mod servers;
 pub mod state;

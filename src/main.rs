@@ -17,6 +17,7 @@ use sluice::health::HealthChecks;
 use sluice::metrics::Metrics;
 use sluice::proxy::Gateway;
 use sluice::reload::Reloader;
+use sluice::rls::server::RlsListener;
 use sluice::state::{GatewayState, SharedState};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -144,6 +145,16 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let server_conf = server_conf(&config);
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
+    let threads = config.server.threads;
+    // Bound now, so that a taken address stops the start with its reason.
+    let rls_listener = match &config.server.rls {
+        Some(rls) => Some((
+            rls.listen.clone(),
+            sluice::rls::server::bind(&rls.listen, cli.upgrade)
+                .map_err(|e| format!("rate-limit service listener {}: {e}", rls.listen))?,
+        )),
+        None => None,
+    };
 
     let state = GatewayState::build(config, &metrics, None)
         .map_err(|e| format!("{}: {e}", cli.config.display()))?;
@@ -162,7 +173,17 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     // the listeners start once it is done.
     let bootstrap = server.bootstrap_as_a_service();
 
-    let (proxy, listening) = proxy_service(&server, &state, &metrics)?;
+    let (proxy, mut listening) = proxy_service(&server, &state, &metrics)?;
+    if let Some((addr, listener)) = rls_listener {
+        let rls = RlsListener::new(listener, Arc::clone(&state), &metrics);
+        let mut service = background_service("sluice rls", rls);
+        service.threads = Some(threads);
+        server.add_service(service).add_dependency(&bootstrap);
+        if !listening.is_empty() {
+            listening.push_str(", ");
+        }
+        listening.push_str(&format!("rate-limit service {addr}"));
+    }
     let mut admin = Service::new(
         "sluice admin".to_string(),
         AdminApp::new(metrics, Arc::clone(&state)),
@@ -289,7 +310,11 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
     let _ = writeln!(
         out,
         "  listen {}{} · admin {}",
-        config.server.listen.join(", "),
+        if config.server.listen.is_empty() {
+            "none".to_string()
+        } else {
+            config.server.listen.join(", ")
+        },
         if config.server.h2c { " (h2c too)" } else { "" },
         config.server.admin
     );
@@ -302,6 +327,7 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
         );
     }
     limiter_summary(&mut out, config);
+    rls_summary(&mut out, config);
     for route in &config.routes {
         let target = match &route.action {
             RouteAction::Upstream(i) => format!("→ {}", config.upstreams[*i].name),
@@ -313,6 +339,38 @@ fn summary(path: &std::path::Path, config: &Config) -> String {
         }
     }
     out
+}
+
+/// The `--check` summary's lines on the rate-limit service: its listener,
+/// its rules files and each domain's limits.
+fn rls_summary(out: &mut String, config: &Config) {
+    use std::fmt::Write as _;
+    let Some(rls) = &config.server.rls else {
+        return;
+    };
+    let rules = &rls.rules;
+    let _ = writeln!(
+        out,
+        "  rate-limit service {}{} · {} from {} ({}) · default {}",
+        rls.listen,
+        if rls.tls.is_some() {
+            " (TLS)"
+        } else {
+            " (h2c)"
+        },
+        count(rules.domains.len(), "domain"),
+        rls.config_path,
+        count(rules.files.len(), "file"),
+        rls.algorithm.name()
+    );
+    let mut domains: Vec<&String> = rules.domains.keys().collect();
+    domains.sort();
+    for domain in domains {
+        let _ = writeln!(out, "    domain {domain}");
+        for limit in rules.limits.iter().filter(|l| &l.domain == domain) {
+            let _ = writeln!(out, "      limit {}: {}", limit.label, limit.describe());
+        }
+    }
 }
 
 /// The `--check` summary's lines on the limiter: its backend, the deny

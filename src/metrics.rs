@@ -43,6 +43,9 @@ pub struct Metrics {
     pub leases_held: IntGauge,
     /// `sluice_upstream_retries_total{route}`: tries after a request's first.
     pub upstream_retries: IntCounterVec,
+    /// `sluice_rls_requests_total{code}`: the rate-limit service's answers,
+    /// codes in [`RLS_CODES`].
+    pub rls_requests: IntCounterVec,
     /// `sluice_upstream_server_up{upstream,server}`: 1 while a server is
     /// in selection (health check and passive health); set when read.
     pub upstream_server_up: prometheus::IntGaugeVec,
@@ -60,6 +63,12 @@ pub const REJECT_REASONS: [&str; 8] = [
     "uri_too_long",
     "body_too_large",
 ];
+
+/// The answers of the rate-limit service (the `code` label of
+/// `sluice_rls_requests_total`): `ok` and `over_limit` (its overall code),
+/// `unavailable` (no decision could be made, `on_error: deny`) and
+/// `invalid_argument` (a malformed request).
+pub const RLS_CODES: [&str; 4] = ["ok", "over_limit", "unavailable", "invalid_argument"];
 
 /// The metrics the Redis backend updates.
 #[derive(Clone)]
@@ -303,6 +312,13 @@ impl Metrics {
                 )?,
             )?,
             upstream_server_up: server_up_gauge(&registry)?,
+            rls_requests: counters(
+                &registry,
+                "sluice_rls_requests_total",
+                "ShouldRateLimit calls answered by the rate-limit service, by code.",
+                &["code"],
+                &RLS_CODES,
+            )?,
             upstream_retries: counters(
                 &registry,
                 "sluice_upstream_retries_total",

@@ -122,6 +122,17 @@ impl ReloadJob {
                 listener.certs = new.certs.clone();
             }
         }
+        // The rate-limit service takes its new rules, defaults and
+        // certificates; its address, and TLS on or off, need a restart.
+        if let (Some(running), Some(mut new)) = (&mut server.rls, reloaded.rls) {
+            new.listen = running.listen.clone();
+            match (&running.tls, &mut new.tls) {
+                (Some(_), Some(tls)) => tls.listen = running.listen.clone(),
+                _ => new.tls = running.tls.clone(),
+            }
+            *running = new;
+        }
+        next.rls = crate::state::CompiledRls::build(&next.config, &self.metrics);
         self.state.store(Arc::new(next));
         Ok(changes)
     }

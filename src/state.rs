@@ -36,6 +36,42 @@ pub struct GatewayState {
     pub identity: Identity,
     /// The limiter and its failure policy.
     pub decider: Arc<Decider>,
+    /// The rate-limit service's decision counters, with `server.rls`.
+    pub rls: Option<CompiledRls>,
+}
+
+/// The decision counters of the rate-limit service's limits.
+pub struct CompiledRls {
+    /// Per limit of the rules, index-aligned with their `limits`.
+    pub counters: Vec<LimitCounters>,
+    /// Per domain: limits a request descriptor brings itself (`limit`).
+    pub overrides: std::collections::HashMap<String, LimitCounters>,
+}
+
+impl CompiledRls {
+    /// The counters of `config`'s rate-limit service, if it has one:
+    /// `route` is the domain, `limit` the entry's name or path (or
+    /// `request_limit` for a descriptor's own limit).
+    pub fn build(config: &Config, metrics: &Metrics) -> Option<Self> {
+        let rules = &config.server.rls.as_ref()?.rules;
+        let counters = rules
+            .limits
+            .iter()
+            .map(|l| metrics.limit_counters(&l.domain, &l.label, l.shadow, false, false))
+            .collect();
+        let overrides = rules
+            .domains
+            .keys()
+            .map(|domain| {
+                let counters = metrics.limit_counters(domain, "request_limit", false, false, false);
+                (domain.clone(), counters)
+            })
+            .collect();
+        Some(Self {
+            counters,
+            overrides,
+        })
+    }
 }
 
 /// One route, ready to serve.
@@ -152,6 +188,7 @@ impl GatewayState {
                 &metrics.identity,
             )?,
             decider: Arc::new(decider),
+            rls: CompiledRls::build(&config, metrics),
             config,
         })
     }

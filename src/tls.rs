@@ -40,6 +40,39 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
+/// Picks the certificate of the rate-limit service's listener
+/// (`server.rls.certs`) for each handshake, from the configuration current
+/// at that moment.
+pub struct RlsResolver {
+    state: SharedState,
+}
+
+impl std::fmt::Debug for RlsResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RlsResolver")
+    }
+}
+
+impl ResolvesServerCert for RlsResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let state = self.state.load();
+        let tls = state.config.server.rls.as_ref()?.tls.as_ref()?;
+        tls.certificate_for(hello.server_name())
+    }
+}
+
+/// The rustls settings of the rate-limit service's TLS listener: its
+/// certificates by SNI from `state`, TLS 1.2 and 1.3, ALPN `h2` only (gRPC).
+pub fn rls_server_config(state: SharedState) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(RlsResolver { state }));
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// Pingora's TLS settings for the listener at `listen`: certificates by SNI
 /// from `state`, TLS 1.2 and 1.3, HTTP/2 offered by ALPN.
 pub fn listener_settings(state: SharedState, listen: &str) -> pingora::Result<TlsSettings> {

@@ -31,6 +31,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1024 * 1024,
             watch_config: false,
             request_id_header: http::HeaderName::from_static("x-request-id"),
+            rls: None,
         }
     }
 }

@@ -94,6 +94,41 @@ fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
         d.applied
             .push("server.tls certificates re-read (new handshakes use them)".into());
     }
+    rls(o, n, d);
+}
+
+/// The rate-limit service: its rules and defaults reload; its address,
+/// and whether it runs or speaks TLS, need a restart.
+fn rls(o: &super::ServerConfig, n: &super::ServerConfig, d: &mut ConfigDiff) {
+    let (old, new) = match (&o.rls, &n.rls) {
+        (Some(old), Some(new)) => (old, new),
+        (None, None) => return,
+        _ => {
+            d.needs_restart.push("server.rls (on or off)".into());
+            return;
+        }
+    };
+    if old.listen != new.listen {
+        d.needs_restart.push("server.rls.listen".into());
+    }
+    if old.tls.is_some() != new.tls.is_some() {
+        d.needs_restart
+            .push("server.rls.certs (TLS on or off)".into());
+    }
+    if old.rules != new.rules {
+        d.applied.push(format!(
+            "server.rls rules modified: {} domains, {} limits",
+            new.rules.domains.len(),
+            new.rules.limits.len()
+        ));
+    }
+    if old.algorithm != new.algorithm || old.response_headers != new.response_headers {
+        d.applied.push("server.rls defaults modified".into());
+    }
+    if old.tls.is_some() && new.tls.is_some() && old.tls != new.tls {
+        d.applied
+            .push("server.rls certificates re-read (new handshakes use them)".into());
+    }
 }
 
 fn upstreams(old: &Config, new: &Config, d: &mut ConfigDiff) {

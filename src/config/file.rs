@@ -77,6 +77,28 @@ pub struct ServerFile {
     pub watch_config: Option<bool>,
     /// The header carrying the request ID.
     pub request_id_header: Option<String>,
+    /// The gRPC rate-limit service for Envoy.
+    pub rls: Option<RlsFile>,
+}
+
+/// `server.rls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlsFile {
+    pub listen: String,
+    pub config: String,
+    pub algorithm: Option<AlgorithmFile>,
+    pub response_headers: Option<RlsHeadersFile>,
+    /// TLS on the listener, as in `server.tls`; absent: h2c.
+    pub certs: Option<Vec<TlsCertFile>>,
+}
+
+/// `server.rls.response_headers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RlsHeadersFile {
+    None,
+    Draft,
 }
 
 /// One entry of `server.tls`.

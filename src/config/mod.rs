@@ -19,6 +19,7 @@ mod jwt;
 pub mod position;
 pub mod problem;
 mod resolve;
+pub mod rls;
 pub mod template;
 pub mod tls;
 mod validate;
@@ -101,6 +102,8 @@ pub struct ServerConfig {
     /// The header carrying a request's ID (lower case): believed from a
     /// trusted proxy, generated otherwise; sent upstream and returned.
     pub request_id_header: http::HeaderName,
+    /// `server.rls`: the gRPC rate-limit service for Envoy; `None`: off.
+    pub rls: Option<rls::RlsConfig>,
 }
 
 /// How much of the gateway one client connection may hold, and how the
@@ -904,7 +907,8 @@ impl Config {
         let index = position::PositionIndex::build(&expanded);
         let (mut config, warnings) = validate::validate(parsed, &index, &lookup).map_err(fail)?;
         resolve::resolve(&mut config, &index, &lookup).map_err(fail)?;
-        let consumer_warnings = config.read_consumers()?;
+        let mut consumer_warnings = config.read_consumers()?;
+        consumer_warnings.extend(config.read_rls_rules()?);
         config.warnings = fail(warnings)
             .to_string()
             .lines()
@@ -913,6 +917,17 @@ impl Config {
             .chain(consumer_warnings)
             .collect();
         Ok(config)
+    }
+
+    /// Reads the rules of `server.rls` into it; their warnings. Their
+    /// problems are reported against their own files.
+    fn read_rls_rules(&mut self) -> Result<Vec<String>, ConfigError> {
+        let Some(rls) = &mut self.server.rls else {
+            return Ok(Vec::new());
+        };
+        let (rules, warnings) = rls::read_rules(&rls.config_path, rls.algorithm)?;
+        rls.rules = std::sync::Arc::new(rules);
+        Ok(warnings)
     }
 
     /// Reads the consumers file of `identity.api_key` into it; its

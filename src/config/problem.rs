@@ -49,6 +49,9 @@ impl fmt::Display for KeyPath {
 /// What is wrong (or, for warnings, worth knowing) about a configuration.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProblemKind {
+    /// A problem of the rate-limit service's rules.
+    #[error("{0}")]
+    Rls(#[from] super::rls::RlsProblem),
     // ---- Shared shapes -------------------------------------------------
     /// An address two listeners would share.
     #[error("`{0}` is already a listener (server.listen, server.admin or another TLS listener)")]

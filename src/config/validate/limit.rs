@@ -15,7 +15,7 @@ use super::server::check_between;
 use std::time::Duration;
 
 /// The most entries a `sliding_log` limit may keep per key.
-const MAX_LOG: u64 = 1_000_000;
+pub(in crate::config) const MAX_LOG: u64 = 1_000_000;
 /// Above this, a `sliding_log` limit is worth a warning.
 const LARGE_LOG: u64 = 10_000;
 /// The longest window.

@@ -10,9 +10,12 @@ mod exempt;
 mod forward;
 mod limit;
 mod limiter;
+mod rls;
 mod route;
 mod server;
 mod upstream;
+
+pub(super) use limit::MAX_LOG;
 
 use super::checker::Checker;
 use super::file::FileConfig;

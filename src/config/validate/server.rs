@@ -1,7 +1,7 @@
 //! `server:`, `client_ip:` and `identity:`.
 
 use super::super::checker::Checker;
-use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile};
+use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile, TlsCertFile};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::tls::{LoadedCert, TlsListenerConfig};
 use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
@@ -40,7 +40,9 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     let d = ServerConfig::default();
     let at = |key: &str| KeyPath::root("server").key(key);
     let listen = s.listen.clone().unwrap_or(d.listen);
-    if listen.is_empty() {
+    // A process may serve only the rate-limit service, or only TLS.
+    let other_listeners = s.rls.is_some() || s.tls.as_ref().is_some_and(|t| !t.is_empty());
+    if listen.is_empty() && !other_listeners {
         let item = "address";
         c.problem(
             &at("listen"),
@@ -91,7 +93,12 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     });
     let tls = tls_listeners(c, s, &listen, &admin);
     let request_id_header = request_id_header(c, s, &d.request_id_header);
+    let mut taken: Vec<&str> = listen.iter().map(String::as_str).collect();
+    taken.push(&admin);
+    taken.extend(tls.iter().map(|l| l.listen.as_str()));
+    let rls = s.rls.as_ref().map(|r| super::rls::rls(c, r, &taken));
     ServerConfig {
+        rls,
         tls,
         request_id_header,
         max_body_bytes: s.max_body_bytes.unwrap_or(d.max_body_bytes),
@@ -142,19 +149,27 @@ fn tls_listeners(
                 ProblemKind::NeedsOne { key: "certs", item },
             );
         }
-        let mut certs = Vec::new();
-        for (j, pair) in l.certs.iter().enumerate() {
-            match LoadedCert::load(&pair.cert, &pair.key) {
-                Ok(cert) => certs.push(cert),
-                Err(why) => c.problem(&at.key("certs").index(j), ProblemKind::BadCertificate(why)),
-            }
-        }
+        let certs = load_certs(c, &at.key("certs"), &l.certs);
         listeners.push(TlsListenerConfig {
             listen: l.listen.clone(),
             certs,
         });
     }
     listeners
+}
+
+/// The certificates of a TLS listener, read and checked now (a missing
+/// file, an unreadable key, a key that is not its certificate's are errors
+/// at the entry's line).
+pub(super) fn load_certs(c: &mut Checker, at: &KeyPath, pairs: &[TlsCertFile]) -> Vec<LoadedCert> {
+    let mut certs = Vec::new();
+    for (j, pair) in pairs.iter().enumerate() {
+        match LoadedCert::load(&pair.cert, &pair.key) {
+            Ok(cert) => certs.push(cert),
+            Err(why) => c.problem(&at.index(j), ProblemKind::BadCertificate(why)),
+        }
+    }
+    certs
 }
 
 fn front_door(c: &mut Checker, s: &ServerFile) -> FrontDoorConfig {
@@ -253,7 +268,7 @@ fn path_setting(
     }
 }
 
-fn check_listen_addr(c: &mut Checker, path: &KeyPath, addr: &str) {
+pub(super) fn check_listen_addr(c: &mut Checker, path: &KeyPath, addr: &str) {
     if addr.parse::<SocketAddr>().is_err() {
         c.problem(path, ProblemKind::BadListenAddress(addr.to_string()));
     }
