@@ -43,6 +43,16 @@ pub struct Reloader {
     job: ReloadJob,
     /// Read end of the SIGHUP self-pipe, until the service takes it.
     hangups: Mutex<Option<UnixStream>>,
+    /// The watch of the files as loaded at start, until the service takes
+    /// it (taken at start, a change made before the service ran counts).
+    watch: Mutex<Option<ConfigWatch>>,
+}
+
+/// The rules files the configuration of `state` names, watched with it.
+fn watched_rules(state: &SharedState) -> Vec<PathBuf> {
+    let state = state.load();
+    let rules = state.config.server.rls.iter();
+    rules.map(|r| PathBuf::from(&r.config_path)).collect()
 }
 
 /// What one reload needs; cheap to clone onto a blocking thread (loading
@@ -63,7 +73,10 @@ impl Reloader {
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, write)?;
+        let mut watch = ConfigWatch::new(&path);
+        watch.also(watched_rules(&state));
         Ok(Self {
+            watch: Mutex::new(Some(watch)),
             job: ReloadJob {
                 path,
                 state,
@@ -177,11 +190,13 @@ impl BackgroundService for Reloader {
             }
         };
         let mut buffer = [0u8; 64];
-        let mut watch = ConfigWatch::new(&self.job.path);
+        let taken = self.watch.locked().take();
+        let mut watch = taken.unwrap_or_else(|| ConfigWatch::new(&self.job.path));
         loop {
             let cause = tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tokio::time::sleep(POLL) => {
+                    watch.also(watched_rules(&self.job.state));
                     let watching = self.job.state.load().config.server.watch_config;
                     if !(watching && watch.changed()) {
                         continue;

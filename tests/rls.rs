@@ -577,3 +577,51 @@ fn bad_rules_are_refused_at_file_line_column_and_a_reload_keeps_counters() {
     assert!(!sluice.reload(&std::fs::read_to_string(sluice.config_path()).expect("config")));
     assert_eq!(overall(&client.one(rls, "x", &[("k", "2")])), "OK");
 }
+
+#[test]
+fn tls_with_certs_as_in_server_tls_and_watch_config_reloads_a_changed_rules_file() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    common::make_ca(certs.path(), "ca");
+    common::make_cert(certs.path(), "ca", "rls", "DNS:rls.example.test");
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let rules = rules_dir(&[("config.yaml", MONGO)]);
+    let rls = addr();
+    let extra = format!(
+        "    certs:\n      - {{ cert: \"{}\", key: \"{}\" }}\n  watch_config: true\n",
+        file("rls.crt"),
+        file("rls.key")
+    );
+    let sluice = start(rls, rules.path(), &extra, "limiter: { backend: local }\n");
+    let mut client = RlsClient::start();
+    let call = |client: &mut RlsClient, value: &str| {
+        client.call(json!({
+            "target": rls.to_string(), "domain": "mongo_cps",
+            "descriptors": [{"entries": [["database", value]]}],
+            "ca": file("ca.crt"), "authority": "rls.example.test",
+        }))
+    };
+    let answer = call(&mut client, "users");
+    assert_eq!(overall(&answer), "OK", "{answer}");
+    assert_eq!(answer["statuses"][0]["limit"], 5);
+
+    // A rules file changed in the watched directory is reloaded.
+    let tighter = MONGO.replace("requests_per_unit: 5\n\n", "requests_per_unit: 1\n\n");
+    std::fs::write(rules.path().join("config.yaml"), tighter).expect("write");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sluice.reloads("success") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reloaded:\n{}\n{}",
+            std::fs::read_to_string(sluice.config_path()).unwrap_or_default(),
+            sluice.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = call(&mut client, "users");
+    assert_eq!(after["statuses"][0]["limit"], 1, "{after}");
+    assert_eq!(
+        overall(&after),
+        "OVER_LIMIT",
+        "the one unit was taken before: {after}"
+    );
+}

@@ -649,3 +649,106 @@ impl Level<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first problem of `yaml` as a rules file, as printed.
+    fn problem(yaml: &str) -> String {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("r.yaml");
+        std::fs::write(&file, yaml).expect("write");
+        let path = file.to_string_lossy().to_string();
+        match read_rules(&path, Algorithm::SlidingLog) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string().replace(&path, "r.yaml"),
+        }
+    }
+
+    #[test]
+    fn each_refusal_names_its_line_and_column() {
+        let cases = [
+            ("domain: ''\n", "r.yaml:1:9: `domain` must not be empty"),
+            ("domain: d\ndescriptors:\n  - key: ''\n", "r.yaml:3:10: a descriptor needs a non-empty `key`"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n  - key: a\n",
+                "r.yaml:4:10: duplicate descriptor `a` at this level",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
+                "r.yaml:4:41: an `unlimited` rate limit takes no `unit`",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
+                "r.yaml:4:17: `rate_limit` needs `unit` and `requests_per_unit`",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n",
+                "r.yaml:5:22: `share_threshold` applies to a wildcard",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                "r.yaml:4:16: `concurrency` needs to know when a request ends",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 2000000}\n",
+                "r.yaml:4:48: 2000000 per day is too many to log one by one",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    burst: 3\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                "r.yaml:4:12: `burst` applies to `algorithm: token_bucket` only",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    algorithm: sliding_window\n    buckets: 7\n    rate_limit: {unit: second, requests_per_unit: 9}\n",
+                "r.yaml:5:14: ",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    algorithm: fixed_window\n",
+                "r.yaml:4:16: `algorithm` needs a `rate_limit` with a unit",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n",
+                "r.yaml:4:",
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let got = problem(yaml);
+            assert!(
+                got.starts_with(expected),
+                "{yaml}\n→ {got}\nwanted {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn units_any_case_and_sluice_algorithms_on_an_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("r.yaml");
+        let yaml = "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: MINUTE, requests_per_unit: 10}
+  - key: b
+    algorithm: token_bucket
+    burst: 4
+    rate_limit: {unit: Second, requests_per_unit: 2}
+  - key: c
+    algorithm: sliding_window
+    buckets: 20
+    rate_limit: {unit: hour, requests_per_unit: 5000000}
+";
+        std::fs::write(&file, yaml).expect("write");
+        let (rules, _) =
+            read_rules(&file.to_string_lossy(), Algorithm::FixedWindow).expect("rules");
+        let rates: Vec<Rate> = rules.limits.iter().filter_map(|l| l.rate).collect();
+        assert_eq!(rates[0].unit, Unit::Minute);
+        assert_eq!(rates[0].algorithm, Algorithm::FixedWindow);
+        assert_eq!(rates[1].algorithm, Algorithm::TokenBucket { burst: 4 });
+        assert_eq!(rates[2].algorithm, Algorithm::SlidingWindow { buckets: 20 });
+        for unit in Unit::ALL {
+            assert_eq!(Unit::from_proto(unit.proto()), Some(unit));
+        }
+        assert_eq!(Unit::from_proto(0), None);
+    }
+}
