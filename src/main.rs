@@ -146,13 +146,17 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
     let threads = config.server.threads;
-    // Bound now, so that a taken address stops the start with its reason.
+    // Bound now, so that a taken address stops the start with its reason;
+    // an upgrade takes the running process's socket instead.
     let rls_listener = match &config.server.rls {
-        Some(rls) => Some((
+        Some(rls) if !cli.upgrade => Some((
             rls.listen.clone(),
-            sluice::rls::server::bind(&rls.listen, cli.upgrade)
-                .map_err(|e| format!("rate-limit service listener {}: {e}", rls.listen))?,
+            Some(
+                sluice::rls::server::bind(&rls.listen)
+                    .map_err(|e| format!("rate-limit service listener {}: {e}", rls.listen))?,
+            ),
         )),
+        Some(rls) => Some((rls.listen.clone(), None)),
         None => None,
     };
 
@@ -174,11 +178,9 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let bootstrap = server.bootstrap_as_a_service();
 
     let (proxy, mut listening) = proxy_service(&server, &state, &metrics)?;
-    if let Some((addr, listener)) = rls_listener {
-        let rls = RlsListener::new(listener, Arc::clone(&state), &metrics);
-        let mut service = background_service("sluice rls", rls);
-        service.threads = Some(threads);
-        server.add_service(service).add_dependency(&bootstrap);
+    if let Some((addr, bound)) = rls_listener {
+        let rls = RlsListener::new(addr.clone(), bound, threads, Arc::clone(&state), &metrics);
+        server.add_service(rls).add_dependency(&bootstrap);
         if !listening.is_empty() {
             listening.push_str(", ");
         }

@@ -11,11 +11,11 @@ use crate::state::SharedState;
 use async_trait::async_trait;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use pingora::server::{ListenFds, ShutdownWatch};
+use pingora::services::{ServiceReadyNotifier, ServiceWithDependents};
 use prometheus::IntCounter;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -27,37 +27,47 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent calls per connection.
 const MAX_STREAMS: u32 = 1024;
 
-/// Binds the listener at `listen` (with `SO_REUSEPORT` when `upgrading`,
-/// so that a new sluice can bind while the old one still serves).
-pub fn bind(listen: &str, upgrading: bool) -> std::io::Result<std::net::TcpListener> {
+/// Binds the listener at `listen`.
+pub fn bind(listen: &str) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    if upgrading {
-        socket.set_reuse_port(true)?;
-    }
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
 
-/// The listener as a background service of the server.
+/// The listener as a service of the server. Its socket is in the server's
+/// table of listening sockets, so that a zero-downtime upgrade (`--upgrade`)
+/// hands it to the new process as it hands over the proxy's.
 pub struct RlsListener {
-    listener: Mutex<Option<std::net::TcpListener>>,
+    listen: String,
+    /// Bound at start-up (absent when upgrading: the old process's is taken).
+    bound: Option<std::net::TcpListener>,
+    threads: usize,
     state: SharedState,
     handler: Handler,
 }
 
 impl RlsListener {
-    /// Serves `ShouldRateLimit` on `listener` with the limits of `state`.
-    pub fn new(listener: std::net::TcpListener, state: SharedState, metrics: &Metrics) -> Self {
+    /// Serves `ShouldRateLimit` at `listen` (on `bound`, if bound already)
+    /// with the limits of `state`, over `threads` threads.
+    pub fn new(
+        listen: String,
+        bound: Option<std::net::TcpListener>,
+        threads: usize,
+        state: SharedState,
+        metrics: &Metrics,
+    ) -> Self {
         let code = |c: &str| metrics.rls_requests.with_label_values(&[c]);
         Self {
-            listener: Mutex::new(Some(listener)),
+            listen,
+            bound,
+            threads,
             handler: Handler {
                 state: Arc::clone(&state),
                 answered: Arc::new([
@@ -69,6 +79,26 @@ impl RlsListener {
             },
             state,
         }
+    }
+
+    /// The listening socket: the one an upgrade handed over, else the one
+    /// bound at start-up (or now), entered in the table for a later upgrade.
+    fn listener(&mut self, fds: Option<&ListenFds>) -> std::io::Result<TcpListener> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let inherited = fds.and_then(|table| table.lock().get(&self.listen).copied());
+        let listener = match (inherited, self.bound.take()) {
+            // SAFETY: the table holds descriptors of listening sockets the
+            // previous process handed over; nothing else in this process
+            // owns this one.
+            (Some(fd), _) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+            (None, Some(bound)) => bound,
+            (None, None) => bind(&self.listen)?,
+        };
+        if let (Some(table), None) = (fds, inherited) {
+            table.lock().add(self.listen.clone(), listener.as_raw_fd());
+        }
+        listener.set_nonblocking(true)?;
+        TcpListener::from_std(listener)
     }
 
     /// The TLS acceptor, when the listener has certificates.
@@ -83,16 +113,10 @@ impl RlsListener {
             }
         }
     }
-}
 
-#[async_trait]
-impl BackgroundService for RlsListener {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        let taken = self.listener.lock().ok().and_then(|mut l| l.take());
-        let Some(listener) = taken.and_then(|l| TcpListener::from_std(l).ok()) else {
-            log::error!("rate-limit service: no listener to serve");
-            return;
-        };
+    /// Accepts connections until shutdown, each served on a thread of the
+    /// service's runtime.
+    async fn accept(&self, listener: TcpListener, shutdown: ShutdownWatch) {
         let tls = self.tls();
         let service = RateLimitServiceServer::new(self.handler.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
@@ -113,6 +137,35 @@ impl BackgroundService for RlsListener {
             let connection = serve(stream, tls.clone(), service.clone(), shutdown.clone());
             pingora_runtime::current_handle().spawn(connection);
         }
+    }
+}
+
+#[async_trait]
+impl ServiceWithDependents for RlsListener {
+    async fn start_service(
+        &mut self,
+        fds: Option<ListenFds>,
+        shutdown: ShutdownWatch,
+        _listeners_per_fd: usize,
+        ready: ServiceReadyNotifier,
+    ) {
+        let listener = match self.listener(fds.as_ref()) {
+            Ok(listener) => listener,
+            Err(e) => {
+                log::error!("rate-limit service listener {}: {e}", self.listen);
+                return;
+            }
+        };
+        ready.notify_ready();
+        self.accept(listener, shutdown).await;
+    }
+
+    fn name(&self) -> &str {
+        "sluice rls"
+    }
+
+    fn threads(&self) -> Option<usize> {
+        Some(self.threads)
     }
 }
 
