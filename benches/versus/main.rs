@@ -7,6 +7,7 @@
 //!   cargo bench --bench versus -- --before /tmp/sluice-old   # before/after
 //!   cargo bench --bench versus -- --update-readme   # also docs/benchmarks.md
 //!   cargo bench --bench versus -- --parts edge      # TLS and HTTP/2 only
+//!   cargo bench --bench versus -- --parts rls       # the rate-limit service
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -44,6 +45,9 @@
 //! kept-alive and one connection per request, and what TLS itself costs
 //! each server ([`edge`]).
 //!
+//! And (`--parts rls`) the rate-limit service for Envoy against the
+//! gateway's own decision, on one Redis ([`rls`]).
+//!
 //! The harness by job: [`options`] (clap), [`cases`] (what is started),
 //! [`load`] (one wrk run), [`paced`] (the open-loop client), [`report`]
 //! (tables and targets), [`process`] and [`upstream`]. The tables are
@@ -62,6 +66,7 @@ mod options;
 mod paced;
 mod process;
 mod report;
+mod rls;
 mod upstream;
 
 use cases::{start_all, Bench, Case, SCENARIOS, SLUICE_LOG};
@@ -128,6 +133,13 @@ fn run(options: &Options) {
         let section = limits(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "versus", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("rls") {
+        let section = rls::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "rls", &section);
         }
         report.push_str(&section);
     }

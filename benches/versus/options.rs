@@ -21,7 +21,8 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_values_t = SCENARIOS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Parts to run, comma-separated: `limits` (the limiters side by side
-    /// on plain HTTP/1.1) and `edge` (TLS and HTTP/2 against nginx).
+    /// on plain HTTP/1.1), `edge` (TLS and HTTP/2 against nginx) and `rls`
+    /// (the rate-limit service against the gateway's own decision).
     #[arg(long, value_delimiter = ',', default_values_t = PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
     pub parts: Vec<String>,
     /// Where the tables are written.
@@ -48,7 +49,7 @@ pub struct Options {
 }
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 2] = ["limits", "edge"];
+pub const PARTS: [&str; 3] = ["limits", "edge", "rls"];
 
 impl Options {
     /// Whether `--parts` names `part`.
