@@ -187,6 +187,28 @@ fn the_api_keys_example_is_valid() {
     assert!(consumers.contains(&line), "{line} not in consumers.yaml");
 }
 
+/// The rate-limit service's example and its rules directory are valid as
+/// shipped.
+#[test]
+fn the_rate_limit_service_example_is_valid() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--check", "--config", "conf/examples/rls.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run sluice --check");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(summary.contains("2 domains"), "{summary}");
+    assert!(
+        summary.contains("limit per_user: 60 per minute (sliding_log)"),
+        "{summary}"
+    );
+}
+
 /// The limits the shipped config shows as comments are valid as written:
 /// uncommented, the file still passes `--check`.
 #[test]

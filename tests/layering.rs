@@ -6,7 +6,8 @@
 //! - `config` knows nothing of Redis, Pingora or the limiter;
 //! - `policy` and `request` decide from the request head alone: no Pingora
 //!   session, no proxy, no per-request context;
-//! - `target` (the canonical request target) and `sync` are pure.
+//! - `target` (the canonical request target) and `sync` are pure;
+//! - the rate-limit service matches and decides apart from its listener.
 
 use std::path::{Path, PathBuf};
 
@@ -144,4 +145,26 @@ fn exemptions_match_on_what_they_are_given() {
     ];
     let found = offending(&[src("exempt.rs")], &forbidden);
     assert!(found.is_empty(), "exempt.rs imports:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_rate_limit_service_decides_apart_from_its_transport() {
+    // Which rule and which counter, and the decision: no listener, no
+    // gRPC runtime, no gateway request path.
+    let files = vec![src("rls/matching.rs"), src("rls/decide.rs")];
+    let forbidden = [
+        "pingora",
+        "hyper",
+        "tonic",
+        "crate::proxy",
+        "crate::context",
+        "crate::policy",
+        "crate::front_door",
+    ];
+    let found = offending(&files, &forbidden);
+    assert!(
+        found.is_empty(),
+        "the rate-limit service's decision reaches into its transport:\n{}",
+        found.join("\n")
+    );
 }

@@ -625,3 +625,47 @@ fn tls_with_certs_as_in_server_tls_and_watch_config_reloads_a_changed_rules_file
         "the one unit was taken before: {after}"
     );
 }
+
+#[test]
+fn an_upgrade_hands_the_listener_over_and_the_counters_go_on() {
+    let redis = RedisServer::start();
+    let rules = rules_dir(&[("config.yaml", MONGO)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("upgrade.sock");
+    let extra = format!(
+        "  upgrade_sock: \"{}\"\n  pid_file: \"{}\"\n",
+        sock.display(),
+        dir.path().join("sluice.pid").display()
+    );
+    let rls = addr();
+    let mut old = start(rls, rules.path(), &extra, &redis_body(&redis, "deny"));
+    let mut client = RlsClient::start();
+    for _ in 0..2 {
+        assert_eq!(
+            overall(&client.one(rls, "mongo_cps", &[("database", "users")])),
+            "OK"
+        );
+    }
+    let mut new = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--upgrade")
+        .arg("--config")
+        .arg(old.config_path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the new sluice");
+    wait_until(Duration::from_secs(20), "the upgrade socket", || {
+        sock.exists()
+    });
+    old.signal("-QUIT");
+    // Calls go on through the hand-over; every one is answered.
+    while !old.exited() {
+        let answer = client.one(rls, "mongo_cps", &[("database", "default")]);
+        assert!(answer.get("overall").is_some(), "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = client.one(rls, "mongo_cps", &[("database", "users")]);
+    assert_eq!(after["statuses"][0]["remaining"], 2, "{after}");
+    let _ = new.kill();
+    let _ = new.wait();
+}
