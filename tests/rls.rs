@@ -181,7 +181,7 @@ fn addr() -> SocketAddr {
 
 fn redis_body(redis: &RedisServer, on_error: &str) -> String {
     format!(
-        "limiter:\n  redis:\n    url: \"{}\"\n    timeout: 200ms\n  on_error: {on_error}\n",
+        "limiter:\n  redis:\n    url: \"{}\"\n    timeout: 2s\n  on_error: {on_error}\n",
         redis.url()
     )
 }
@@ -687,4 +687,53 @@ fn an_upgrade_hands_the_listener_over_and_the_counters_go_on() {
     assert_eq!(after["statuses"][0]["remaining"], 2, "{after}");
     let _ = new.kill();
     let _ = new.wait();
+}
+
+#[test]
+fn exact_across_two_instances_on_a_redis_cluster_and_all_or_nothing_across_slots() {
+    let cluster = common::RedisCluster::start(3);
+    let body = format!(
+        "limiter:\n  redis:\n    cluster: {}\n    timeout: 2s\n  on_error: deny\n",
+        cluster.urls_yaml()
+    );
+    let rules = rules_dir(&[("example.yaml", EXAMPLE), ("config.yaml", MONGO)]);
+    let (a, b) = (addr(), addr());
+    let _one = start(a, rules.path(), "", &body);
+    let _two = start(b, rules.path(), "", &body);
+    let calls = |target: SocketAddr| {
+        std::thread::spawn(move || {
+            let mut client = RlsClient::start();
+            let entries = [("database", "users")];
+            (0..8)
+                .filter(|_| overall(&client.one(target, "mongo_cps", &entries)) == "OK")
+                .count()
+        })
+    };
+    let (x, y) = (calls(a), calls(b));
+    assert_eq!(x.join().expect("a") + y.join().expect("b"), 5);
+
+    // Two descriptors whose counters live on different primaries, one of
+    // them over its limit: the other is not consumed.
+    let counter = |value: &str| format!("sluice:{{!rls|rl|foo|{value}}}");
+    let other = (0..100)
+        .map(|i| format!("d{i}"))
+        .find(|d| cluster.owner(&counter(d)) != cluster.owner(&counter("c")))
+        .expect("a value on another primary");
+    let mut client = RlsClient::start();
+    for _ in 0..2 {
+        assert_eq!(overall(&client.one(a, "rl", &[("foo", "c")])), "OK");
+    }
+    assert_eq!(overall(&client.one(a, "rl", &[("foo", "c")])), "OVER_LIMIT");
+    for _ in 0..3 {
+        let pair = client.call(
+            json!({"target": b.to_string(), "domain": "rl", "descriptors": [
+            {"entries": [["foo", "c"]]}, {"entries": [["foo", other]]}]}),
+        );
+        assert_eq!(overall(&pair), "OVER_LIMIT", "{pair}");
+    }
+    let d = client.one(a, "rl", &[("foo", &other)]);
+    assert_eq!(
+        d["statuses"][0]["remaining"], 1,
+        "foo=d was never taken: {d}"
+    );
 }

@@ -19,7 +19,7 @@
 
 use crate::common::{free_port, RedisServer, Sluice};
 use crate::options::Options;
-use crate::process::{clock_ticks_per_second, cpu_model, cpu_ticks};
+use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks};
 use crate::report::{median, range};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -258,8 +258,11 @@ fn table(options: &Options, samples: &[Vec<Sample>]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "### The rate-limit service and the gateway, one decision each\n\n{} rounds of {} s, {} connections × {} streams (h2c), {} keys at random, 1,000 a minute each; sluice with one worker thread; {}.\n",
-        options.rounds, options.seconds, CONNECTIONS, STREAMS, KEYS, cpu_model()
+        "**Rate-limit service**: `cargo bench --bench versus -- --parts rls --rounds {rounds} --seconds {seconds}` on {date}.\n\n{rounds} rounds of {seconds} s, {CONNECTIONS} connections × {STREAMS} streams (h2c), {KEYS} keys at random, 1,000 a minute each; sluice with one worker thread; {cpu}.\n",
+        rounds = options.rounds,
+        seconds = options.seconds,
+        date = command_line("date", &["+%Y-%m-%d"]),
+        cpu = cpu_model()
     );
     let _ = writeln!(
         out,
