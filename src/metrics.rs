@@ -219,6 +219,11 @@ fn counters(
     Ok(family)
 }
 
+/// A registered gauge.
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+    register(registry, IntGauge::new(name, help)?)
+}
+
 /// A registered latency histogram family.
 fn latencies(
     registry: &Registry,
@@ -273,16 +278,16 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let downstream_connections = IntGauge::new(
-            "sluice_downstream_connections",
-            "Client connections open now.",
-        )?;
         let access_log_dropped = IntCounter::new(
             "sluice_access_log_dropped_total",
             "Access-log lines dropped because the writer could not keep up.",
         )?;
         Ok(Self {
-            downstream_connections: register(&registry, downstream_connections)?,
+            downstream_connections: gauge(
+                &registry,
+                "sluice_downstream_connections",
+                "Client connections open now.",
+            )?,
             downstream_rejected: counters(
                 &registry,
                 "sluice_downstream_rejected_total",
@@ -297,19 +302,15 @@ impl Metrics {
                 "How long requests over a limit that delays waited for their turn, by route.",
                 &["route"],
             )?,
-            waiting: register(
+            waiting: gauge(
                 &registry,
-                IntGauge::new(
-                    "sluice_ratelimit_waiting",
-                    "Requests waiting for their turn now (on_limit: delay).",
-                )?,
+                "sluice_ratelimit_waiting",
+                "Requests waiting for their turn now (on_limit: delay).",
             )?,
-            leases_held: register(
+            leases_held: gauge(
                 &registry,
-                IntGauge::new(
-                    "sluice_ratelimit_leases_held",
-                    "Concurrency leases this instance holds now, renewed while their requests last.",
-                )?,
+                "sluice_ratelimit_leases_held",
+                "Concurrency leases this instance holds now, renewed while their requests last.",
             )?,
             upstream_server_up: server_up_gauge(&registry)?,
             rls_requests: counters(

@@ -39,37 +39,13 @@ fn request_id_header(c: &mut Checker, s: &ServerFile, default: &HeaderName) -> H
 pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
     let d = ServerConfig::default();
     let at = |key: &str| KeyPath::root("server").key(key);
-    let listen = s.listen.clone().unwrap_or(d.listen);
-    // A process may serve only the rate-limit service, or only TLS.
-    let other_listeners = s.rls.is_some() || s.tls.as_ref().is_some_and(|t| !t.is_empty());
-    if listen.is_empty() && !other_listeners {
-        let item = "address";
-        c.problem(
-            &at("listen"),
-            ProblemKind::NeedsOne {
-                key: "listen",
-                item,
-            },
-        );
-    }
-    for (i, addr) in listen.iter().enumerate() {
-        check_listen_addr(c, &at("listen").index(i), addr);
-    }
+    let listen = plain_listeners(c, s, d.listen);
     let admin = s.admin.clone().unwrap_or(d.admin);
     check_listen_addr(c, &at("admin"), &admin);
     if listen.contains(&admin) {
         c.problem(&at("admin"), ProblemKind::AdminIsListener(admin.clone()));
     }
-    let admin_token = s.admin_token_env.as_ref().and_then(|var| {
-        let token = c.env(var).filter(|t| !t.is_empty());
-        if token.is_none() {
-            c.problem(
-                &at("admin_token_env"),
-                ProblemKind::AdminTokenUnset(var.clone()),
-            );
-        }
-        token
-    });
+    let admin_token = admin_token(c, s);
     let threads = s.threads.unwrap_or(d.threads);
     check_between(c, &at("threads"), threads, (1, 1024));
     let grace_period = c.duration(
@@ -116,6 +92,35 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),
         front_door: front_door(c, s),
     }
+}
+
+/// `server.listen`: each address checked; none at all is an error unless
+/// the process serves TLS or the rate-limit service instead.
+fn plain_listeners(c: &mut Checker, s: &ServerFile, default: Vec<String>) -> Vec<String> {
+    let at = KeyPath::root("server").key("listen");
+    let listen = s.listen.clone().unwrap_or(default);
+    let other_listeners = s.rls.is_some() || s.tls.as_ref().is_some_and(|t| !t.is_empty());
+    if listen.is_empty() && !other_listeners {
+        let (key, item) = ("listen", "address");
+        c.problem(&at, ProblemKind::NeedsOne { key, item });
+    }
+    for (i, addr) in listen.iter().enumerate() {
+        check_listen_addr(c, &at.index(i), addr);
+    }
+    listen
+}
+
+/// `server.admin_token_env`: the token from the environment; a variable
+/// that is unset or empty is an error (an admin API meant to be guarded is
+/// never served open).
+fn admin_token(c: &mut Checker, s: &ServerFile) -> Option<String> {
+    let var = s.admin_token_env.as_ref()?;
+    let token = c.env(var).filter(|t| !t.is_empty());
+    if token.is_none() {
+        let at = KeyPath::root("server").key("admin_token_env");
+        c.problem(&at, ProblemKind::AdminTokenUnset(var.clone()));
+    }
+    token
 }
 
 /// `server.tls`: each listener's address, and its certificates read and
