@@ -24,7 +24,8 @@ pub struct Case {
 }
 
 pub const NGINX_LIMIT_REQ: &str = "nginx limit_req";
-pub const NGINX_LUA: &str = "nginx + Lua + Redis (sliding_log)";
+pub const NGINX_LUA: &str = "nginx + Lua + Redis (seed's script)";
+pub const NGINX_LUA_SLUICE: &str = "nginx + Lua + Redis (sluice's decide script)";
 pub const SLUICE_NOLIMIT: &str = "sluice, no limit";
 pub const SLUICE_FORWARDING: &str = "sluice, no limit, rewrite + 2 header edits";
 pub const SLUICE_LOG: &str = "sluice + Redis, sliding_log";
@@ -60,11 +61,15 @@ pub fn start_all(before: Option<&Path>) -> Bench {
     let dir = tempfile::tempdir().expect("tempdir");
     let redis = RedisServer::start();
     let cluster = RedisCluster::start(3);
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(sluice::limiter::wire::DECIDE_SCRIPT)
-        .query(&mut redis.connection())
-        .expect("SCRIPT LOAD");
+    let load = |script: &str| -> String {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query(&mut redis.connection())
+            .expect("SCRIPT LOAD")
+    };
+    let decide_sha = load(sluice::limiter::wire::DECIDE_SCRIPT);
+    let seed_sha = load(include_str!("seed_limit.lua"));
     let (upstream, upstream_port) = crate::upstream::spawn(dir.path());
 
     let mut cases = Vec::new();
@@ -108,14 +113,18 @@ pub fn start_all(before: Option<&Path>) -> Bench {
     }
 
     let mut nginx = Vec::new();
-    for (name, lua) in [(NGINX_LIMIT_REQ, false), (NGINX_LUA, true)] {
-        let (daemon, addr, worker) = start_nginx(dir.path(), lua, upstream_port, redis.port, &sha);
+    for (name, lua) in [
+        (NGINX_LIMIT_REQ, None),
+        (NGINX_LUA, Some(Lua::Seed(&seed_sha))),
+        (NGINX_LUA_SLUICE, Some(Lua::Sluice(&decide_sha))),
+    ] {
+        let (daemon, addr, worker) = start_nginx(dir.path(), lua, upstream_port, redis.port);
         cases.push(Case {
             name,
             addr,
             pid: worker,
             limits: true,
-            redis: lua,
+            redis: lua.is_some(),
             cluster: false,
         });
         nginx.push(daemon);
@@ -166,6 +175,26 @@ impl Bench {
         } else {
             redis_script_calls(&self.redis)
         }
+    }
+
+    /// The pinned topology (`--pin`): every server under test on core 0;
+    /// Redis, the cluster, the upstream and this process (so wrk and the
+    /// paced client, started from it) on core 1.
+    pub fn pin_topology(&self) {
+        use crate::capacity::pin;
+        let mut pinned = self.cases.iter().all(|case| pin(case.pid, "0"));
+        let others = self.cluster.pids().into_iter().chain([
+            self.redis.pid(),
+            self.upstream_case.pid,
+            std::process::id(),
+        ]);
+        for pid in others {
+            pinned &= pin(pid, "1");
+        }
+        assert!(
+            pinned,
+            "--pin: taskset failed (is util-linux installed? are there 2 cores?)"
+        );
     }
 
     /// Empties every Redis.
@@ -331,27 +360,44 @@ impl SluiceRun<'_> {
 /// request ID, on in every case, is the third).
 const FORWARDING: &str = "    match: { path_prefix: / }\n    rewrite: { prefix: /v1/ }\n    request_headers: { set: { x-client-ip: \"{client_ip}\" } }\n    response_headers: { set: { x-frame-options: DENY } }\n";
 
-/// Starts nginx (master + one worker); returns it, its address and the
-/// worker's pid.
+/// The script nginx + Lua calls on Redis, by its SHA1.
+#[derive(Clone, Copy)]
+pub enum Lua<'a> {
+    /// The seed's sliding-window script (what users of Kong's and APISIX's
+    /// Redis limits run).
+    Seed(&'a str),
+    /// sluice's own decide script, `sliding_log`.
+    Sluice(&'a str),
+}
+
+/// Starts nginx (master + one worker), with `limit_req`, or calling `lua`
+/// on Redis; returns it, its address and the worker's pid.
 pub fn start_nginx(
     dir: &Path,
-    lua: bool,
+    lua: Option<Lua<'_>>,
     upstream_port: u16,
     redis_port: u16,
-    sha: &str,
 ) -> (Daemon, SocketAddr, u32) {
-    let name = if lua { "nginx-lua" } else { "nginx" };
+    let name = match lua {
+        None => "nginx",
+        Some(Lua::Seed(_)) => "nginx-lua-seed",
+        Some(Lua::Sluice(_)) => "nginx-lua",
+    };
     let prefix = dir.join(name);
     std::fs::create_dir_all(prefix.join("logs")).expect("mkdir");
     let port = free_port();
     let lua_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus");
-    let (modules, http, access) = if lua {
+    let (modules, http, access) = if let Some(lua) = lua {
+        let (sha, seed) = match lua {
+            Lua::Seed(sha) => (sha, true),
+            Lua::Sluice(sha) => (sha, false),
+        };
         (
             format!(
                 "load_module {NGINX_MODULES}/ndk_http_module.so;\nload_module {NGINX_MODULES}/ngx_http_lua_module.so;\n"
             ),
             format!(
-                "lua_package_path \"{}/?.lua;;\";\n  init_by_lua_block {{\n    redis_limit = require \"redis_limit\"\n    redis_limit.configure {{ port = {redis_port}, sha = \"{sha}\", prefix = \"nginx:\", limit = \"{LIMIT}\", window_us = \"{WINDOW_US}\", timeout_ms = 50 }}\n  }}\n",
+                "lua_package_path \"{}/?.lua;;\";\n  init_by_lua_block {{\n    redis_limit = require \"redis_limit\"\n    redis_limit.configure {{ port = {redis_port}, sha = \"{sha}\", seed = {seed}, prefix = \"{name}:\", limit = \"{LIMIT}\", window_us = {WINDOW_US}, timeout_ms = 50 }}\n  }}\n",
                 lua_dir.display()
             ),
             "access_by_lua_block { redis_limit.check() }".to_string(),

@@ -5,9 +5,11 @@
 //!   cargo bench --bench versus -- --rounds 5 --seconds 10 --connections 32
 //!   cargo bench --bench versus -- --scenarios allowed,flood --out /tmp/r.md
 //!   cargo bench --bench versus -- --before /tmp/sluice-old   # before/after
+//!   cargo bench --bench versus -- --pin --scenarios allowed  # own core each
 //!   cargo bench --bench versus -- --update-readme   # also docs/benchmarks.md
 //!   cargo bench --bench versus -- --parts edge      # TLS and HTTP/2 only
 //!   cargo bench --bench versus -- --parts rls       # the rate-limit service
+//!   cargo bench --bench versus -- --parts redis     # decisions per Redis core
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -46,7 +48,10 @@
 //! each server ([`edge`]).
 //!
 //! And (`--parts rls`) the rate-limit service for Envoy against the
-//! gateway's own decision, on one Redis ([`rls`]).
+//! gateway's own decision, on one Redis ([`rls`]); and (`--parts redis`)
+//! how many decisions one Redis core makes, sluice's algorithms against the
+//! seed's script, envoyproxy/ratelimit's commands and the `INCR` floor
+//! ([`capacity`]).
 //!
 //! The harness by job: [`options`] (clap), [`cases`] (what is started),
 //! [`load`] (one wrk run), [`paced`] (the open-loop client), [`report`]
@@ -59,6 +64,7 @@
 mod common;
 
 mod bare;
+mod capacity;
 mod cases;
 mod edge;
 mod load;
@@ -132,7 +138,12 @@ fn run(options: &Options) {
     if options.runs("limits") {
         let section = limits(options);
         if options.update_readme {
-            embed(&Options::benchmark_document(), "versus", &section);
+            let part = if options.pin {
+                "versus-pinned"
+            } else {
+                "versus"
+            };
+            embed(&Options::benchmark_document(), part, &section);
         }
         report.push_str(&section);
     }
@@ -140,6 +151,13 @@ fn run(options: &Options) {
         let section = rls::run(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "rls", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("redis") {
+        let section = capacity::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "capacity", &section);
         }
         report.push_str(&section);
     }
@@ -159,6 +177,9 @@ fn run(options: &Options) {
 /// every scenario, then the fixed-rate pass.
 fn limits(options: &Options) -> String {
     let bench = start_all(options.before.as_deref());
+    if options.pin {
+        bench.pin_topology();
+    }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua");
     let plan: Vec<(&'static str, &Case)> = SCENARIOS
         .iter()

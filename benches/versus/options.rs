@@ -21,10 +21,16 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_values_t = SCENARIOS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     pub scenarios: Vec<String>,
     /// Parts to run, comma-separated: `limits` (the limiters side by side
-    /// on plain HTTP/1.1), `edge` (TLS and HTTP/2 against nginx) and `rls`
-    /// (the rate-limit service against the gateway's own decision).
+    /// on plain HTTP/1.1), `edge` (TLS and HTTP/2 against nginx), `rls`
+    /// (the rate-limit service against the gateway's own decision) and
+    /// `redis` (decisions per Redis core, against other limiters' commands).
     #[arg(long, value_delimiter = ',', default_values_t = PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
     pub parts: Vec<String>,
+    /// Pinned topology: each server under test on core 0, and Redis, the
+    /// upstream and the load client on core 1 (`taskset`), so that a
+    /// server's CPU per request is its own work, not contention for a core.
+    #[arg(long)]
+    pub pin: bool,
     /// Where the tables are written.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results.md"))]
     pub out: PathBuf,
@@ -49,7 +55,7 @@ pub struct Options {
 }
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 3] = ["limits", "edge", "rls"];
+pub const PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
 
 impl Options {
     /// Whether `--parts` names `part`.

@@ -1,10 +1,12 @@
 -- nginx + Lua + Redis: the architecture of Kong's and APISIX's Redis-backed
 -- limits (a cosocket to Redis from access_by_lua, connections kept alive in
--- the worker's pool, one script call per request), running sluice's own
--- decide script (sliding_log) on the same Redis. Used by benches/versus.rs.
+-- the worker's pool, one script call per request). It runs either the
+-- seed's sliding-window script (`seed_limit.lua`: what such users run) or
+-- sluice's own decide script (sliding_log), on the same Redis as sluice.
+-- Used by benches/versus.
 --
 -- init_by_lua_block { redis_limit = require "redis_limit"
---                     redis_limit.configure { port = 6379, sha = "...", ... } }
+--                     redis_limit.configure { port = 6379, sha = "...", seed = true, ... } }
 -- access_by_lua_block { redis_limit.check() }
 local M = {}
 local conf
@@ -22,9 +24,16 @@ function M.check()
   local key = conf.prefix .. (ngx.var.http_x_key or "")
   sequence = sequence + 1
   local member = string.format("%x-%x", ngx.worker.pid(), sequence)
-  -- EVALSHA sha 1 key member take 0 | algorithm limit window_us cost param shadow
-  local args = { "EVALSHA", conf.sha, "1", key, member, "take", "0",
-                 "1", conf.limit, conf.window_us, "1", "0", "0" }
+  local args
+  if conf.seed then
+    -- EVALSHA sha 1 key now_ms window_ms limit member
+    args = { "EVALSHA", conf.sha, "1", key, string.format("%d", ngx.now() * 1000),
+             string.format("%d", conf.window_us / 1000), conf.limit, member }
+  else
+    -- EVALSHA sha 1 key member take 0 | algorithm limit window_us cost param shadow
+    args = { "EVALSHA", conf.sha, "1", key, member, "take", "0",
+             "1", conf.limit, string.format("%d", conf.window_us), "1", "0", "0" }
+  end
   local parts = { "*" .. #args .. "\r\n" }
   for i = 1, #args do
     parts[i + 1] = bulk(args[i])
@@ -43,16 +52,21 @@ function M.check()
     return ngx.exit(500)
   end
   local header, read_err = sock:receive("*l")
-  if not header or header:sub(1, 1) ~= "*" then
+  local admitted
+  if header and conf.seed and header:sub(1, 1) == ":" then
+    -- The seed's script answers 1 or 0.
+    admitted = header == ":1"
+  elseif header and header:sub(1, 1) == "*" then
+    -- sluice's answers {admitted, now, …}.
+    for i = 1, tonumber(header:sub(2)) do
+      local line = sock:receive("*l")
+      if i == 1 then
+        admitted = line == ":1"
+      end
+    end
+  else
     ngx.log(ngx.ERR, "redis reply: ", header or read_err)
     return ngx.exit(500)
-  end
-  local admitted
-  for i = 1, tonumber(header:sub(2)) do
-    local line = sock:receive("*l")
-    if i == 1 then
-      admitted = line == ":1"
-    end
   end
   sock:setkeepalive(10000, 128)
   if not admitted then

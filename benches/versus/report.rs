@@ -49,7 +49,7 @@ pub fn report(
         before_and_after(&mut out, samples);
     }
     latency_table(&mut out, bench, rate, paced);
-    out.push_str(&targets(samples, paced));
+    out.push_str(&targets(options, samples, paced));
     out
 }
 
@@ -58,10 +58,16 @@ fn header(options: &Options) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "`cargo bench --bench versus -- --rounds {} --seconds {} --connections {}` on {}: {} ({} cores), {}; {}, {}, wrk 4 (one thread).\n",
+        "`cargo bench --bench versus -- --rounds {} --seconds {} --connections {}{}{}` on {}: {} ({} cores), {}; {}, {}, wrk 4 (one thread).\n",
         options.rounds,
         options.seconds,
         options.connections,
+        if options.pin { " --pin" } else { "" },
+        if options.scenarios.len() < SCENARIOS.len() {
+            format!(" --scenarios {}", options.scenarios.join(","))
+        } else {
+            String::new()
+        },
         command_line("date", &["-u", "+%Y-%m-%d"]),
         cpu_model(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -75,10 +81,15 @@ fn header(options: &Options) -> String {
     );
     let _ = writeln!(
         out,
-        "Every server has one worker (thread or process); wrk, the upstream and Redis share the same cores. \
+        "Every server has one worker (thread or process); {}. \
          Medians of {} interleaved rounds, min–max in brackets. Admitted: the share of requests the upstream saw \
          (requests still in flight when wrk stops can put it a little over 100 %). \
          CPU: the serving process's and Redis's CPU time per request.\n",
+        if options.pin {
+            "**pinned**: the server under test alone on core 0; wrk, the upstream and Redis on core 1"
+        } else {
+            "wrk, the upstream and Redis share the same cores"
+        },
         options.rounds
     );
     out
@@ -302,13 +313,23 @@ type Target = (String, f64, f64, bool);
 
 /// The targets, each with its measured figure.
 fn targets(
+    options: &Options,
     samples: &HashMap<(&str, &str), Vec<Sample>>,
     paced: &HashMap<&str, Vec<Paced>>,
 ) -> String {
-    let rows: Vec<Target> = floor_targets(samples)
+    let mut rows: Vec<Target> = floor_targets(samples)
         .into_iter()
         .chain(earlier_targets(samples, paced))
         .collect();
+    if options.pin {
+        let cpu = |case: &str| figure(samples, "allowed", case, |x| x.server_cpu_us);
+        rows.push((
+            "pinned: sluice + Redis sliding_log ≤ 1.15× sluice without limits, CPU per request on its own core (allowed)".into(),
+            cpu(SLUICE_LOG) / cpu(SLUICE_NOLIMIT),
+            1.15,
+            false,
+        ));
+    }
     let mut out = String::from("| target | measured | met |\n|---|---|---|\n");
     for (what, value, bound, at_least) in rows {
         let met = if at_least {

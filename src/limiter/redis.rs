@@ -704,13 +704,8 @@ impl RedisLimiter {
             .flat_map(|q| q.keys.iter().map(String::as_str))
             .collect();
         let mut command = self.call_with_keys(&keys);
-        command.arg("*").arg(chunk.len());
-        for queued in chunk {
-            command.arg(queued.keys.len());
-            for arg in &queued.args {
-                command.arg(arg.as_slice());
-            }
-        }
+        let decisions = chunk.iter().map(|q| (q.keys.len(), q.args.as_slice()));
+        wire::push_batch(&mut command, decisions);
         command
     }
 

@@ -130,7 +130,7 @@ pub enum CallForm {
 
 impl CallForm {
     /// A command calling the decide code with `keys` keys; arguments follow.
-    pub(super) fn command(&self, keys: usize) -> redis::Cmd {
+    pub fn command(&self, keys: usize) -> redis::Cmd {
         let mut command = match self {
             CallForm::Function(name) => {
                 let mut c = redis::cmd("FCALL");
@@ -153,7 +153,7 @@ impl CallForm {
 /// progress) each call their own code. The function may touch keys of several
 /// slots (`allow-cross-slot-keys`): a Redis Cluster node's batch carries keys
 /// of every slot that node serves. Returns the library and its function.
-pub(super) fn function_library(script_sha: &str) -> (String, String) {
+pub fn function_library(script_sha: &str) -> (String, String) {
     let version = &script_sha[..script_sha.len().min(12)];
     let function = format!("sluice_decide_{version}");
     let body = DECIDE_SCRIPT
@@ -300,6 +300,32 @@ pub(super) fn push_args(
             sink.push(mode);
         } else {
             sink.push(format!("{mode}:{}", check.max_delay.as_micros()));
+        }
+    }
+}
+
+/// The arguments of one `take` decision of `checks` under `member`, as a
+/// batch carries them (see [`push_batch`]): what the gateway sends for a
+/// request, byte for byte.
+pub fn take_args(checks: &[LimitCheck<'_>], member: &str) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(3 + 6 * checks.len());
+    push_args(&mut args, checks, member, Mode::Take);
+    args
+}
+
+/// Appends the batch-mode arguments of the decide code to `command` (a
+/// call that already carries every decision's keys, in order): `*`, the
+/// number of decisions, then per decision its key count and its own
+/// arguments (from [`push_args`] or [`take_args`]).
+pub fn push_batch<'a>(
+    command: &mut redis::Cmd,
+    decisions: impl ExactSizeIterator<Item = (usize, &'a [Vec<u8>])>,
+) {
+    command.arg("*").arg(decisions.len());
+    for (keys, args) in decisions {
+        command.arg(keys);
+        for arg in args {
+            command.arg(arg.as_slice());
         }
     }
 }

@@ -256,6 +256,61 @@ local function line_format(count)
   return format
 end
 
+-- The common decision, with the fewest calls and no tables: one limit,
+-- 'take', cost 1, no shadow, deferral, penalty box or delay, on sliding_log
+-- or fixed_window. Its arguments start at ARGV[o + 1] (the member). Returns
+-- the decision's line when it admits; nil, having written nothing, for
+-- anything else (a denial, another algorithm): `decide` then takes it, as
+-- it takes a decision whose key holds another type (the error is raised
+-- before anything is written). Same arithmetic as the algorithms' own
+-- peek and take (a test holds the two in step).
+local function fast(key, o, now_text)
+  if call_args[o + 2] ~= 'take' or call_args[o + 9] ~= '0' or call_args[o + 7] ~= '1' then
+    return nil
+  end
+  local algorithm = call_args[o + 4]
+  local limit = tonumber(call_args[o + 5])
+  local window = tonumber(call_args[o + 6])
+  if algorithm == '1' then
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    if oldest ~= nil and tonumber(oldest) <= now - window then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+      oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    end
+    local count, reset = 0, window
+    if oldest ~= nil then
+      count = redis.call('ZCARD', key)
+      reset = tonumber(oldest) + window - now
+    end
+    if count + 1 > limit then
+      return nil
+    end
+    redis.call('ZADD', key, now, call_args[o + 1])
+    redis.call('PEXPIRE', key, math.ceil(window / 1000) + 1)
+    return string.format('1 %s 1 %d %d 0', now_text, limit - count - 1, reset)
+  elseif algorithm == '3' then
+    local current = (now - math.fmod(now, window)) / window
+    local stored = redis.call('HMGET', key, 'w', 'c')
+    local count = 0
+    if stored[1] and tonumber(stored[1]) == current then
+      count = tonumber(stored[2]) or 0
+    end
+    if count + 1 > limit then
+      return nil
+    end
+    local ends = (current + 1) * window
+    if count == 0 then
+      redis.call('HSET', key, 'w', string.format('%.0f', current), 'c', 1)
+      redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + 1)
+    else
+      -- The key expires at the window's end, set by its first unit.
+      redis.call('HINCRBY', key, 'c', 1)
+    end
+    return string.format('1 %s 1 %d %d 0', now_text, limit - count - 1, ends - now)
+  end
+  return nil
+end
+
 -- One call: a single decision, or a batch (ARGV[1] = '*'). Either may come
 -- with its keys as arguments instead of KEYS: ARGV[1] = '@', ARGV[2] = the
 -- key count k, ARGV[3 .. k + 2] the keys, then the call's arguments as above.
@@ -283,16 +338,27 @@ local function run(keys, argv)
   end
   local lines = {}
   local ko, o = 0, first + 1
+  local now_text = string.format('%d', now)
   for d = 1, tonumber(call_args[first + 1]) do
     local n = tonumber(call_args[o + 1])
-    local ok, reply = pcall(decide, ko, n, o + 1)
-    if ok then
-      local count = #reply
-      lines[d] = string.format(formats[count] or line_format(count), unpack(reply))
-    else
-      local message = type(reply) == 'table' and reply.err or tostring(reply)
-      lines[d] = '!' .. string.gsub(message, '\n', ' ')
+    local line = nil
+    if n == 1 then
+      local ok, fast_line = pcall(fast, call_keys[ko + 1], o + 1, now_text)
+      if ok then
+        line = fast_line
+      end
     end
+    if line == nil then
+      local ok, reply = pcall(decide, ko, n, o + 1)
+      if ok then
+        local count = #reply
+        line = string.format(formats[count] or line_format(count), unpack(reply))
+      else
+        local message = type(reply) == 'table' and reply.err or tostring(reply)
+        line = '!' .. string.gsub(message, '\n', ' ')
+      end
+    end
+    lines[d] = line
     ko = ko + n
     o = o + 1 + 3 + 6 * n
   end

@@ -19,10 +19,11 @@ end
 function fixed_window.take(key, now, a, s, member)
   if s.count == 0 then
     redis.call('HSET', key, 'w', string.format('%.0f', s.current), 'c', a.cost)
+    redis.call('PEXPIRE', key, math.ceil((s.ends - now) / 1000) + 1)
   else
+    -- The key expires at the window's end, set by its first unit.
     redis.call('HINCRBY', key, 'c', a.cost)
   end
-  redis.call('PEXPIRE', key, math.ceil((s.ends - now) / 1000) + 1)
   return a.limit - s.count - a.cost, s.ends - now
 end
 

@@ -1,0 +1,411 @@
+//! How many decisions one Redis core makes (`--parts redis`): the number
+//! that bounds a fleet, since gateways scale out and the Redis they share
+//! does not.
+//!
+//! One `redis-server`, pinned to its own core (`taskset`), is loaded by a
+//! driver in this process, pinned to the other, with decisions over 100,000
+//! keys at random (1,000 a minute each: never denied), the way gateway
+//! instances send them: [`CONNECTIONS`] connections (one per gateway
+//! instance), [`IN_FLIGHT`] calls in flight on each, [`BATCH`] decisions a
+//! round trip, enough to keep Redis's core busy. Cases:
+//!
+//! - sluice, each algorithm: one `FCALL` of the decide code per batch of
+//!   [`BATCH`] decisions, its arguments built by the gateway's own encoder
+//!   ([`sluice::limiter::wire::take_args`], [`sluice::limiter::wire::push_batch`]);
+//! - the seed's script (`seed_limit.lua`: `ZREMRANGEBYSCORE`, `ZCARD`,
+//!   `ZADD`, `EXPIRE`), one `EVALSHA` per decision, pipelined [`BATCH`]
+//!   deep — what a user of Kong's or APISIX's Redis limits, or of sluice's
+//!   first version, runs;
+//! - envoyproxy/ratelimit's fixed window: `INCRBY` + `EXPIRE` per
+//!   descriptor, pipelined (its Redis client's pipelining);
+//! - the floor of any Redis limiter: one `INCR` per decision, pipelined.
+//!
+//! Columns: decisions per second, how busy Redis's core was (its CPU time
+//! over the wall time: near 100 % means the figure is Redis's ceiling),
+//! Redis CPU per decision (from `/proc`), and the decisions one Redis core
+//! makes per second (the inverse of the CPU per decision), against the
+//! seed's script and against the `INCR` floor.
+
+use crate::common::RedisServer;
+use crate::options::Options;
+use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks};
+use crate::report::{median, range};
+use sluice::limiter::wire::{function_library, push_batch, take_args, DECIDE_SCRIPT};
+use sluice::limiter::Algorithm;
+use sluice::limiter::LimitCheck;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// Keys the driver picks from at random.
+const KEYS: u64 = 100_000;
+/// Connections to Redis: one per gateway instance.
+pub const CONNECTIONS: usize = 8;
+/// Calls in flight on each connection.
+pub const IN_FLIGHT: usize = 2;
+/// Decisions a round trip: one batch call, or that many pipelined commands.
+pub const BATCH: usize = 32;
+/// The seed's sliding-window script.
+const SEED_SCRIPT: &str = include_str!("seed_limit.lua");
+
+/// What a case sends for its decisions.
+#[derive(Clone, Copy)]
+enum Load {
+    /// sluice's decide code, batch mode, one `FCALL` a round trip.
+    Sluice(Algorithm),
+    /// The seed's script, one `EVALSHA` a decision.
+    Seed,
+    /// envoyproxy/ratelimit: `INCRBY` + `EXPIRE` a decision.
+    IncrbyExpire,
+    /// One `INCR` a decision.
+    Incr,
+}
+
+struct Case {
+    name: &'static str,
+    load: Load,
+}
+
+pub const SEED: &str = "seed's script (EVALSHA per decision)";
+pub const INCR_FLOOR: &str = "INCR floor (pipelined)";
+
+fn cases() -> Vec<Case> {
+    let lease = Duration::from_secs(60);
+    vec![
+        Case {
+            name: "sluice sliding_log",
+            load: Load::Sluice(Algorithm::SlidingLog),
+        },
+        Case {
+            name: "sluice sliding_window",
+            load: Load::Sluice(Algorithm::SlidingWindow { buckets: 60 }),
+        },
+        Case {
+            name: "sluice fixed_window",
+            load: Load::Sluice(Algorithm::FixedWindow),
+        },
+        Case {
+            name: "sluice token_bucket",
+            load: Load::Sluice(Algorithm::TokenBucket {
+                burst: crate::LIMIT,
+            }),
+        },
+        Case {
+            name: "sluice concurrency",
+            load: Load::Sluice(Algorithm::Concurrency { lease }),
+        },
+        Case {
+            name: SEED,
+            load: Load::Seed,
+        },
+        Case {
+            name: "envoyproxy/ratelimit (INCRBY + EXPIRE, pipelined)",
+            load: Load::IncrbyExpire,
+        },
+        Case {
+            name: INCR_FLOOR,
+            load: Load::Incr,
+        },
+    ]
+}
+
+/// The code each case calls, loaded once.
+struct Code {
+    function: String,
+    seed_sha: String,
+}
+
+fn load_code(redis: &RedisServer) -> Code {
+    let mut conn = redis.connection();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(DECIDE_SCRIPT)
+        .query(&mut conn)
+        .expect("SCRIPT LOAD decide");
+    let (library, function) = function_library(&sha);
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library)
+        .query(&mut conn)
+        .expect("FUNCTION LOAD");
+    let seed_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SEED_SCRIPT)
+        .query(&mut conn)
+        .expect("SCRIPT LOAD seed");
+    Code { function, seed_sha }
+}
+
+/// A xorshift generator: cheap, and each task its own.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// One round trip's worth of decisions for `load`: the pipeline, and the
+/// number of replies that are decisions (the others are `EXPIRE`s).
+fn round_trip(
+    load: Load,
+    code: &Code,
+    rng: &mut Rng,
+    member: &str,
+    sequence: &mut u64,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    let key = |rng: &mut Rng, prefix: &str| {
+        format!("{prefix}{{bench:per-key:h.x-key={}}}", rng.next() % KEYS)
+    };
+    match load {
+        Load::Sluice(algorithm) => {
+            let keys: Vec<String> = (0..BATCH).map(|_| key(rng, "sluice:")).collect();
+            let args: Vec<Vec<Vec<u8>>> = keys
+                .iter()
+                .map(|key| {
+                    *sequence += 1;
+                    let check = LimitCheck {
+                        key,
+                        limit: crate::LIMIT,
+                        window: Duration::from_micros(crate::WINDOW_US),
+                        cost: 1,
+                        algorithm,
+                        shadow: false,
+                        block: Duration::ZERO,
+                        deferred: false,
+                        max_delay: Duration::ZERO,
+                    };
+                    take_args(&[check], &format!("{member}-{sequence:x}"))
+                })
+                .collect();
+            let mut command = redis::cmd("FCALL");
+            command.arg(&code.function).arg(BATCH).arg(&keys);
+            push_batch(&mut command, args.iter().map(|a| (1, a.as_slice())));
+            pipe.add_command(command);
+        }
+        Load::Seed => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            for _ in 0..BATCH {
+                *sequence += 1;
+                pipe.cmd("EVALSHA")
+                    .arg(&code.seed_sha)
+                    .arg(1)
+                    .arg(key(rng, "seed:"))
+                    .arg(now_ms)
+                    .arg(crate::WINDOW_US / 1000)
+                    .arg(crate::LIMIT)
+                    .arg(format!("{member}-{sequence:x}"));
+            }
+        }
+        Load::IncrbyExpire => {
+            let window_start = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() / 60 * 60);
+            for _ in 0..BATCH {
+                let key = format!("bench_x-key_{}_{window_start}", rng.next() % KEYS);
+                pipe.cmd("INCRBY").arg(&key).arg(1);
+                pipe.cmd("EXPIRE").arg(&key).arg(60);
+            }
+        }
+        Load::Incr => {
+            for _ in 0..BATCH {
+                pipe.cmd("INCR").arg(key(rng, "incr:"));
+            }
+        }
+    }
+    pipe
+}
+
+/// How many decisions of a round trip's replies admitted.
+fn admitted(load: Load, replies: &[redis::Value]) -> u64 {
+    use redis::Value;
+    let count = |v: &Value| match v {
+        Value::Int(n) => *n,
+        _ => 0,
+    };
+    match load {
+        Load::Sluice(_) => match replies.first() {
+            Some(Value::BulkString(text)) => text
+                .split(|&b| b == b'\n')
+                .filter(|line| line.starts_with(b"1 "))
+                .count() as u64,
+            other => panic!("unexpected decide reply: {other:?}"),
+        },
+        Load::Seed => replies.iter().filter(|v| count(v) == 1).count() as u64,
+        Load::IncrbyExpire => replies
+            .iter()
+            .step_by(2)
+            .filter(|v| (1..=crate::LIMIT as i64).contains(&count(v)))
+            .count() as u64,
+        Load::Incr => replies.len() as u64,
+    }
+}
+
+/// Drives `load` for `seconds`: (decisions, admitted).
+fn drive(redis: &RedisServer, load: Load, code: &Code, seconds: f64) -> (u64, u64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = redis::Client::open(redis.url()).expect("client");
+        let until = Instant::now() + Duration::from_secs_f64(seconds);
+        let mut tasks = Vec::new();
+        for c in 0..CONNECTIONS {
+            let conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            for f in 0..IN_FLIGHT {
+                let mut conn = conn.clone();
+                let member = format!("{:016x}", 0x5EED_0000 + (c * IN_FLIGHT + f) as u64);
+                let mut rng =
+                    Rng(0x9E37_79B9_7F4A_7C15
+                        ^ (member.len() as u64 + (c * IN_FLIGHT + f) as u64 + 1));
+                let code = Code {
+                    function: code.function.clone(),
+                    seed_sha: code.seed_sha.clone(),
+                };
+                tasks.push(tokio::spawn(async move {
+                    let (mut decisions, mut admits, mut sequence) = (0u64, 0u64, 0u64);
+                    while Instant::now() < until {
+                        let pipe = round_trip(load, &code, &mut rng, &member, &mut sequence);
+                        let replies: Vec<redis::Value> =
+                            pipe.query_async(&mut conn).await.expect("Redis call");
+                        decisions += BATCH as u64;
+                        admits += admitted(load, &replies);
+                    }
+                    (decisions, admits)
+                }));
+            }
+        }
+        let mut total = (0, 0);
+        for task in tasks {
+            let (d, a) = task.await.expect("driver task");
+            total = (total.0 + d, total.1 + a);
+        }
+        total
+    })
+}
+
+/// Pins `pid` (every thread) to `cpus` (a `taskset` list); false if it
+/// could not be.
+pub fn pin(pid: u32, cpus: &str) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-cp", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One timed run of one case.
+struct Sample {
+    rate: f64,
+    admitted: f64,
+    redis_us: f64,
+    busy: f64,
+}
+
+/// The section of the report.
+pub fn run(options: &Options) -> String {
+    let redis = RedisServer::start();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = cores >= 2 && pin(redis.pid(), "1") && pin(std::process::id(), "0");
+    let code = load_code(&redis);
+    let ticks = clock_ticks_per_second();
+    let cases = cases();
+    for case in &cases {
+        drive(&redis, case.load, &code, 1.0);
+    }
+    let mut samples: Vec<Vec<Sample>> = cases.iter().map(|_| Vec::new()).collect();
+    for round in 1..=options.rounds {
+        for (case, samples) in cases.iter().zip(&mut samples) {
+            let before = cpu_ticks(redis.pid());
+            let start = Instant::now();
+            let (decisions, admits) = drive(&redis, case.load, &code, options.seconds as f64);
+            let elapsed = start.elapsed().as_secs_f64();
+            let redis_s = (cpu_ticks(redis.pid()) - before) as f64 / ticks;
+            let sample = Sample {
+                rate: decisions as f64 / elapsed,
+                admitted: admits as f64 / decisions.max(1) as f64,
+                redis_us: redis_s * 1e6 / decisions.max(1) as f64,
+                busy: redis_s / elapsed,
+            };
+            eprintln!(
+                "redis round {round} {:52} {:>8.0} decisions/s  Redis {:.2} µs/decision, {:.0} % busy",
+                case.name,
+                sample.rate,
+                sample.redis_us,
+                sample.busy * 100.0
+            );
+            samples.push(sample);
+        }
+    }
+    if pinned {
+        pin(std::process::id(), &format!("0-{}", cores - 1));
+    }
+    table(options, &cases, &samples, pinned)
+}
+
+fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "**Redis capacity**: `cargo bench --bench versus -- --parts redis --rounds {rounds} --seconds {seconds}` on {date}: {cpu}, {redis}.\n\n\
+         One Redis {pinning}; the driver sends decisions over {KEYS} keys at random (1,000 a minute each, none denied) from {CONNECTIONS} connections, \
+         {IN_FLIGHT} calls in flight on each, {BATCH} decisions a round trip (sluice: one batch call; the others: {BATCH} pipelined commands). \
+         Medians of {rounds} interleaved rounds. Decisions per Redis core = 1 / Redis CPU per decision.\n",
+        rounds = options.rounds,
+        seconds = options.seconds,
+        date = command_line("date", &["+%Y-%m-%d"]),
+        cpu = cpu_model(),
+        redis = command_line("redis-server", &["--version"])
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        pinning = if pinned {
+            "pinned to core 1, the driver to core 0"
+        } else {
+            "sharing the cores with the driver (fewer than 2 cores: not pinned)"
+        },
+    );
+    let _ = writeln!(
+        out,
+        "| case | decisions/s (min–max) | Redis busy | Redis CPU per decision | decisions per Redis core | vs seed's script | vs INCR floor | admitted |\n|---|---|---|---|---|---|---|---|"
+    );
+    let per_core = |s: &[Sample]| 1e6 / median(s, |x| x.redis_us).max(1e-9);
+    let of = |name: &str| {
+        cases
+            .iter()
+            .position(|c| c.name == name)
+            .map_or(f64::NAN, |i| per_core(&samples[i]))
+    };
+    let (seed, floor) = (of(SEED), of(INCR_FLOOR));
+    for (case, s) in cases.iter().zip(samples) {
+        let (low, high) = range(s, |x| x.rate);
+        let core = per_core(s);
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} ({:.0}–{:.0}) | {:.0} % | {:.2} µs | {:.0} | {:.2}× | {:.2}× | {:.1} % |",
+            case.name,
+            median(s, |x| x.rate),
+            low,
+            high,
+            median(s, |x| x.busy) * 100.0,
+            median(s, |x| x.redis_us),
+            core,
+            core / seed,
+            core / floor,
+            median(s, |x| x.admitted) * 100.0,
+        );
+    }
+    out.push('\n');
+    out
+}

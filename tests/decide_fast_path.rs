@@ -1,0 +1,160 @@
+//! The decide code's fast path (one limit, `take`, cost 1, plain mode, on
+//! `sliding_log` or `fixed_window`) answers exactly what its general path
+//! answers. Each call of the batch form carries the same decision twice on
+//! two keys, with the same Redis clock: once as the gateway sends it (the
+//! fast path), once with its mode spelt `0:0` (no delay: the same limit, but
+//! one the fast path leaves to the general one). Their lines must be equal,
+//! through admissions, denials, expiry, and keys holding something else.
+
+mod common;
+
+use common::*;
+use sluice::limiter::wire::{function_library, push_batch, take_args, DECIDE_SCRIPT};
+use sluice::limiter::{Algorithm, LimitCheck};
+use std::time::Duration;
+
+const LIMIT: u64 = 5;
+const WINDOW: Duration = Duration::from_secs(1);
+
+fn load(redis: &RedisServer) -> String {
+    let mut conn = redis.connection();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(DECIDE_SCRIPT)
+        .query(&mut conn)
+        .expect("SCRIPT LOAD");
+    let (library, function) = function_library(&sha);
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library)
+        .query(&mut conn)
+        .expect("FUNCTION LOAD");
+    function
+}
+
+/// One batch call deciding `algorithm` on `fast_key` and `general_key`;
+/// returns their two lines.
+fn decide_both(
+    redis: &RedisServer,
+    function: &str,
+    algorithm: Algorithm,
+    (fast_key, general_key): (&str, &str),
+    sequence: u64,
+) -> (String, String) {
+    let args = |key: &str, member: &str| {
+        let check = LimitCheck {
+            key,
+            limit: LIMIT,
+            window: WINDOW,
+            cost: 1,
+            algorithm,
+            shadow: false,
+            block: Duration::ZERO,
+            deferred: false,
+            max_delay: Duration::ZERO,
+        };
+        take_args(&[check], member)
+    };
+    let fast = args(fast_key, &format!("0123456789abcdef-{sequence:x}"));
+    let mut general = args(general_key, &format!("0123456789abcdef-{sequence:x}"));
+    assert_eq!(general.last().map(Vec::as_slice), Some(&b"0"[..]));
+    if let Some(mode) = general.last_mut() {
+        *mode = b"0:0".to_vec();
+    }
+    let mut command = redis::cmd("FCALL");
+    command.arg(function).arg(2).arg(fast_key).arg(general_key);
+    push_batch(
+        &mut command,
+        [(1, fast.as_slice()), (1, general.as_slice())].into_iter(),
+    );
+    let reply: String = command.query(&mut redis.connection()).expect("FCALL batch");
+    let mut lines = reply.lines().map(str::to_string);
+    let first = lines.next().expect("the fast decision's line");
+    let second = lines.next().expect("the general decision's line");
+    (first, second)
+}
+
+fn redis_time_us(redis: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query(&mut redis.connection())
+        .expect("TIME");
+    secs * 1_000_000 + micros
+}
+
+#[test]
+fn the_fast_path_answers_what_the_general_path_answers() {
+    let redis = RedisServer::start();
+    let function = load(&redis);
+    for (name, algorithm) in [
+        ("log", Algorithm::SlidingLog),
+        ("fixed", Algorithm::FixedWindow),
+    ] {
+        let keys = (
+            format!("t:{{{name}:fast}}"),
+            format!("t:{{{name}:general}}"),
+        );
+        let keys = (keys.0.as_str(), keys.1.as_str());
+        let mut sequence = 0;
+        let mut admitted = 0;
+        let decide = |sequence: u64| {
+            let (fast, general) = decide_both(&redis, &function, algorithm, keys, sequence);
+            assert_eq!(fast, general, "{name}: decision {sequence}");
+            u64::from(fast.starts_with("1 "))
+        };
+        // Two rounds of: one decision, half a window, the rest of a burst,
+        // until the first has left the window (the key lives on, held by the
+        // later ones): the second round begins by dropping expired entries.
+        for _ in 0..2 {
+            let first = redis_time_us(&redis);
+            sequence += 1;
+            admitted += decide(sequence);
+            let half = first + WINDOW.as_micros() as u64 / 2;
+            wait_until(Duration::from_secs(10), "half a window", || {
+                redis_time_us(&redis) > half
+            });
+            for _ in 0..LIMIT + 1 {
+                sequence += 1;
+                admitted += decide(sequence);
+            }
+            let past = first + WINDOW.as_micros() as u64 + 50_000;
+            wait_until(
+                Duration::from_secs(10),
+                "the first to leave the window",
+                || redis_time_us(&redis) > past,
+            );
+        }
+        // Each burst fills the limit at least once.
+        assert!(admitted >= LIMIT, "{name}: admitted {admitted}");
+        assert!(admitted < 2 * (LIMIT + 2), "{name}: nothing denied");
+    }
+}
+
+#[test]
+fn keys_holding_something_else_take_the_general_path() {
+    let redis = RedisServer::start();
+    let function = load(&redis);
+    let mut conn = redis.connection();
+    // Not sluice's: the decision fails on its own line, on both paths.
+    for key in ["t:{x:fast}", "t:{x:general}"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("not a counter")
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let keys = ("t:{x:fast}", "t:{x:general}");
+    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 1);
+    assert!(
+        fast.starts_with('!') && fast.contains("WRONGTYPE"),
+        "{fast}"
+    );
+    assert_eq!(fast, general);
+    // Left by another of sluice's algorithms (a reload changed it): dropped,
+    // and the decision is made afresh.
+    let keys = ("t:{y:fast}", "t:{y:general}");
+    decide_both(&redis, &function, Algorithm::FixedWindow, keys, 2);
+    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 3);
+    assert!(fast.starts_with("1 "), "{fast}");
+    assert_eq!(fast, general);
+}
