@@ -28,7 +28,7 @@
 
 use crate::common::RedisServer;
 use crate::options::Options;
-use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks};
+use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks, online_cpus};
 use crate::report::{median, range};
 use sluice::limiter::wire::{function_library, push_batch, take_args, DECIDE_SCRIPT};
 use sluice::limiter::Algorithm;
@@ -304,6 +304,15 @@ pub fn pin(pid: u32, cpus: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Gives this process every core again (after a pinned part), so that
+/// what it starts next is not confined to one.
+pub fn unpin_self() {
+    pin(
+        std::process::id(),
+        &format!("0-{}", online_cpus().max(1) - 1),
+    );
+}
+
 /// One timed run of one case.
 struct Sample {
     rate: f64,
@@ -315,7 +324,7 @@ struct Sample {
 /// The section of the report.
 pub fn run(options: &Options) -> String {
     let redis = RedisServer::start();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = online_cpus();
     let pinned = cores >= 2 && pin(redis.pid(), "1") && pin(std::process::id(), "0");
     let code = load_code(&redis);
     let ticks = clock_ticks_per_second();
@@ -348,7 +357,7 @@ pub fn run(options: &Options) -> String {
         }
     }
     if pinned {
-        pin(std::process::id(), &format!("0-{}", cores - 1));
+        unpin_self();
     }
     table(options, &cases, &samples, pinned)
 }

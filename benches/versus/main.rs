@@ -201,6 +201,10 @@ fn limits(options: &Options) -> String {
     );
     let samples = throughput_rounds(options, &bench, &plan, &script);
     let (rate, paced_results) = paced_rounds(options, &bench, &samples);
+    if options.pin {
+        // The parts after this one start their own servers from this process.
+        capacity::unpin_self();
+    }
     report(options, &bench, &samples, rate, &paced_results)
 }
 

@@ -109,6 +109,14 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     field(11).unwrap_or(0) + field(12).unwrap_or(0)
 }
 
+/// CPUs online on the machine (not this process's affinity, which
+/// `--pin` narrows).
+pub fn online_cpus() -> usize {
+    command_line("getconf", &["_NPROCESSORS_ONLN"])
+        .parse()
+        .unwrap_or(1)
+}
+
 pub fn clock_ticks_per_second() -> f64 {
     command_line("getconf", &["CLK_TCK"])
         .parse()
