@@ -219,6 +219,31 @@ fn counters(
     Ok(family)
 }
 
+/// A registered counter family by `route` (series made as routes load).
+fn by_route(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+) -> Result<IntCounterVec, prometheus::Error> {
+    counters(registry, name, help, &["route"], &[])
+}
+
+/// `sluice_rls_requests_total{code}`, every code at 0.
+fn rls_requests(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counters(
+        registry,
+        "sluice_rls_requests_total",
+        "ShouldRateLimit calls answered by the rate-limit service, by code.",
+        &["code"],
+        &RLS_CODES,
+    )
+}
+
+/// A registered counter.
+fn counter(registry: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
+    register(registry, IntCounter::new(name, help)?)
+}
+
 /// A registered gauge.
 fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
     register(registry, IntGauge::new(name, help)?)
@@ -278,10 +303,6 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let access_log_dropped = IntCounter::new(
-            "sluice_access_log_dropped_total",
-            "Access-log lines dropped because the writer could not keep up.",
-        )?;
         Ok(Self {
             downstream_connections: gauge(
                 &registry,
@@ -295,7 +316,11 @@ impl Metrics {
                 &["reason"],
                 &REJECT_REASONS,
             )?,
-            access_log_dropped: register(&registry, access_log_dropped)?,
+            access_log_dropped: counter(
+                &registry,
+                "sluice_access_log_dropped_total",
+                "Access-log lines dropped because the writer could not keep up.",
+            )?,
             delays: latencies(
                 &registry,
                 "sluice_ratelimit_delay_seconds",
@@ -313,19 +338,11 @@ impl Metrics {
                 "Concurrency leases this instance holds now, renewed while their requests last.",
             )?,
             upstream_server_up: server_up_gauge(&registry)?,
-            rls_requests: counters(
-                &registry,
-                "sluice_rls_requests_total",
-                "ShouldRateLimit calls answered by the rate-limit service, by code.",
-                &["code"],
-                &RLS_CODES,
-            )?,
-            upstream_retries: counters(
+            rls_requests: rls_requests(&registry)?,
+            upstream_retries: by_route(
                 &registry,
                 "sluice_upstream_retries_total",
                 "Tries of a request at the upstream after its first, by route.",
-                &["route"],
-                &[],
             )?,
             requests: counters(
                 &registry,
