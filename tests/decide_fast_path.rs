@@ -9,29 +9,12 @@
 mod common;
 
 use common::*;
-use sluice::limiter::wire::{function_library, push_batch, take_args, DECIDE_SCRIPT};
+use sluice::limiter::wire::{push_batch, take_args};
 use sluice::limiter::{Algorithm, LimitCheck};
 use std::time::Duration;
 
 const LIMIT: u64 = 5;
 const WINDOW: Duration = Duration::from_secs(1);
-
-fn load(redis: &RedisServer) -> String {
-    let mut conn = redis.connection();
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(DECIDE_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD");
-    let (library, function) = function_library(&sha);
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(library)
-        .query(&mut conn)
-        .expect("FUNCTION LOAD");
-    function
-}
 
 /// One batch call deciding `algorithm` on `fast_key` and `general_key`;
 /// returns their two lines.
@@ -85,7 +68,7 @@ fn redis_time_us(redis: &RedisServer) -> u64 {
 #[test]
 fn the_fast_path_answers_what_the_general_path_answers() {
     let redis = RedisServer::start();
-    let function = load(&redis);
+    let function = redis.load_decide_function();
     for (name, algorithm) in [
         ("log", Algorithm::SlidingLog),
         ("fixed", Algorithm::FixedWindow),
@@ -133,7 +116,7 @@ fn the_fast_path_answers_what_the_general_path_answers() {
 #[test]
 fn keys_holding_something_else_take_the_general_path() {
     let redis = RedisServer::start();
-    let function = load(&redis);
+    let function = redis.load_decide_function();
     let mut conn = redis.connection();
     // Not sluice's: the decision fails on its own line, on both paths.
     for key in ["t:{x:fast}", "t:{x:general}"] {

@@ -30,7 +30,7 @@ use crate::common::RedisServer;
 use crate::options::Options;
 use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks, online_cpus};
 use crate::report::{median, range};
-use sluice::limiter::wire::{function_library, push_batch, take_args, DECIDE_SCRIPT};
+use sluice::limiter::wire::{push_batch, take_args};
 use sluice::limiter::Algorithm;
 use sluice::limiter::LimitCheck;
 use std::fmt::Write as _;
@@ -115,25 +115,15 @@ struct Code {
 }
 
 fn load_code(redis: &RedisServer) -> Code {
-    let mut conn = redis.connection();
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(DECIDE_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD decide");
-    let (library, function) = function_library(&sha);
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(library)
-        .query(&mut conn)
-        .expect("FUNCTION LOAD");
     let seed_sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(SEED_SCRIPT)
-        .query(&mut conn)
+        .query(&mut redis.connection())
         .expect("SCRIPT LOAD seed");
-    Code { function, seed_sha }
+    Code {
+        function: redis.load_decide_function(),
+        seed_sha,
+    }
 }
 
 /// A xorshift generator: cheap, and each task its own.

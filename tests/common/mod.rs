@@ -175,6 +175,27 @@ impl RedisServer {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// Loads sluice's decide code as the Redis Function the gateway
+    /// loads; returns the function's name (for `FCALL`).
+    #[allow(dead_code)]
+    pub fn load_decide_function(&self) -> String {
+        use sluice::limiter::wire::{function_library, DECIDE_SCRIPT};
+        let mut conn = self.connection();
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(DECIDE_SCRIPT)
+            .query(&mut conn)
+            .expect("SCRIPT LOAD");
+        let (library, function) = function_library(&sha);
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(library)
+            .query(&mut conn)
+            .expect("FUNCTION LOAD");
+        function
+    }
+
     /// SIGKILLs the server now.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
