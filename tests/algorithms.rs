@@ -144,17 +144,8 @@ fn sliding_window_stays_within_its_bound() {
             };
             t += gap;
             clock.0.store(t, Ordering::SeqCst);
-            let check = LimitCheck {
-                key: "k",
-                limit: 50,
-                window: Duration::from_micros(window_us),
-                cost: 1,
-                algorithm,
-                shadow: false,
-                block: Duration::ZERO,
-                deferred: false,
-                max_delay: Duration::ZERO,
-            };
+            let window = Duration::from_micros(window_us);
+            let check = LimitCheck::plain("k", 50, window, algorithm);
             if limiter.decide(&[check], &format!("m{i}"))[0].allowed {
                 admitted.push(t);
             }

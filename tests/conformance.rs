@@ -49,15 +49,8 @@ impl Clock for FakeClock {
 
 fn check(key: &str, algorithm: Algorithm, limit: u64, cost: u64) -> LimitCheck<'_> {
     LimitCheck {
-        key,
-        limit,
-        window: Duration::from_secs(1),
         cost,
-        algorithm,
-        shadow: false,
-        block: Duration::ZERO,
-        deferred: false,
-        max_delay: Duration::ZERO,
+        ..LimitCheck::plain(key, limit, Duration::from_secs(1), algorithm)
     }
 }
 

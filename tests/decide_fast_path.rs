@@ -26,17 +26,7 @@ fn decide_both(
     sequence: u64,
 ) -> (String, String) {
     let args = |key: &str, member: &str| {
-        let check = LimitCheck {
-            key,
-            limit: LIMIT,
-            window: WINDOW,
-            cost: 1,
-            algorithm,
-            shadow: false,
-            block: Duration::ZERO,
-            deferred: false,
-            max_delay: Duration::ZERO,
-        };
+        let check = LimitCheck::plain(key, LIMIT, WINDOW, algorithm);
         take_args(&[check], member)
     };
     let fast = args(fast_key, &format!("0123456789abcdef-{sequence:x}"));

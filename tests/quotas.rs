@@ -28,20 +28,9 @@ fn redis_time_us(redis: &RedisServer) -> i64 {
 }
 
 fn quota(key: &str, limit: u64, bounds: PeriodBounds) -> LimitCheck<'_> {
-    LimitCheck {
-        key,
-        limit,
-        window: Duration::from_micros((bounds.end_us - bounds.start_us) as u64),
-        cost: 1,
-        algorithm: Algorithm::Calendar {
-            period: Period::Day,
-            bounds,
-        },
-        shadow: false,
-        block: Duration::ZERO,
-        deferred: false,
-        max_delay: Duration::ZERO,
-    }
+    let window = Duration::from_micros((bounds.end_us - bounds.start_us) as u64);
+    let period = Period::Day;
+    LimitCheck::plain(key, limit, window, Algorithm::Calendar { period, bounds })
 }
 
 /// The bounds a gateway whose clock reads `now` would send, for periods of

@@ -158,17 +158,8 @@ fn round_trip(
                 .iter()
                 .map(|key| {
                     *sequence += 1;
-                    let check = LimitCheck {
-                        key,
-                        limit: crate::LIMIT,
-                        window: Duration::from_micros(crate::WINDOW_US),
-                        cost: 1,
-                        algorithm,
-                        shadow: false,
-                        block: Duration::ZERO,
-                        deferred: false,
-                        max_delay: Duration::ZERO,
-                    };
+                    let window = Duration::from_micros(crate::WINDOW_US);
+                    let check = LimitCheck::plain(key, crate::LIMIT, window, algorithm);
                     take_args(&[check], &format!("{member}-{sequence:x}"))
                 })
                 .collect();

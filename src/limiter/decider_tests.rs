@@ -92,17 +92,7 @@ fn decider(limiter_yaml: &str) -> (Decider, Arc<Fake>) {
 }
 
 fn check(key: &str, limit: u64) -> LimitCheck<'_> {
-    LimitCheck {
-        key,
-        limit,
-        window: Duration::from_secs(60),
-        cost: 1,
-        algorithm: Algorithm::SlidingLog,
-        shadow: false,
-        block: Duration::ZERO,
-        deferred: false,
-        max_delay: Duration::ZERO,
-    }
+    LimitCheck::plain(key, limit, Duration::from_secs(60), Algorithm::SlidingLog)
 }
 
 fn run<T>(future: impl std::future::Future<Output = T>) -> T {

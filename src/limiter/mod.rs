@@ -52,6 +52,24 @@ pub struct LimitCheck<'a> {
     pub max_delay: Duration,
 }
 
+impl<'a> LimitCheck<'a> {
+    /// An enforced check of one unit on `key`: not shadow, no penalty box,
+    /// not deferred, never delayed. Fields can be changed after.
+    pub fn plain(key: &'a str, limit: u64, window: Duration, algorithm: Algorithm) -> Self {
+        LimitCheck {
+            key,
+            limit,
+            window,
+            cost: 1,
+            algorithm,
+            shadow: false,
+            block: Duration::ZERO,
+            deferred: false,
+            max_delay: Duration::ZERO,
+        }
+    }
+}
+
 /// The state of one limit after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
@@ -722,17 +740,7 @@ mod tests {
     use super::*;
 
     fn check(algorithm: Algorithm) -> LimitCheck<'static> {
-        LimitCheck {
-            key: "k",
-            limit: 4,
-            window: Duration::from_secs(60),
-            cost: 1,
-            algorithm,
-            shadow: false,
-            block: Duration::ZERO,
-            deferred: false,
-            max_delay: Duration::ZERO,
-        }
+        LimitCheck::plain("k", 4, Duration::from_secs(60), algorithm)
     }
 
     #[test]
