@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health")
-//! the usage API, `/v1/usage` (see `usage`), and the consumers API,
+//! the usage API, `/v1/usage` (see `usage`), the top limited keys,
+//! `/v1/top` (see `top`), and the consumers API,
 //! `/v1/consumers/…` (see `consumer_api`).
 
 use crate::metrics::Metrics;
@@ -55,6 +56,15 @@ impl ServeHttp for AdminApp {
                 crate::usage::answer(&state, &method, &query, authorization.as_deref()).await;
             return text(status, "application/json", body.to_string().into_bytes());
         }
+        if session.req_header().uri.path() == "/v1/top" {
+            let state = self.state.load();
+            let head = session.req_header();
+            let authorization = head.headers.get(http::header::AUTHORIZATION);
+            let query = head.uri.query().unwrap_or("").as_bytes();
+            let authorization = authorization.map(|v| v.as_bytes());
+            let (status, body) = crate::top::answer(&state, &head.method, query, authorization);
+            return text(status, "application/json", body.to_string().into_bytes());
+        }
         if crate::consumer_api::handles(session.req_header().uri.path()) {
             return consumers(&self.state, session).await;
         }
@@ -85,7 +95,7 @@ impl ServeHttp for AdminApp {
             _ => text(
                 StatusCode::NOT_FOUND,
                 plain,
-                b"not found: try /metrics, /healthz, /readyz or /v1/usage\n".to_vec(),
+                b"not found: try /metrics, /healthz, /readyz, /v1/usage or /v1/top\n".to_vec(),
             ),
         }
     }

@@ -48,6 +48,8 @@ pub mod state;
 pub mod sync;
 pub mod target;
 pub mod tls;
+pub mod top;
+pub mod top_keys;
 pub mod upstream;
 pub mod usage;
 pub mod watch;

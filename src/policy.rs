@@ -30,13 +30,14 @@ use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
 use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
+use crate::top_keys::parts_of;
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora::http::RequestHeader;
 use serde::Serialize;
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The parts of a request the policy reads.
 pub struct RequestView<'a> {
@@ -990,6 +991,10 @@ fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) {
             (_, true, false) => continue,
         };
         limit.counters.inc(label, outcome.source);
+        if label == DecisionLabel::Deny {
+            let parts = parts_of(&k.key, counter_name(route, &limit.config));
+            limit.denied.record(parts, Instant::now());
+        }
     }
 }
 

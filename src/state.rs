@@ -12,6 +12,7 @@ use crate::keys::ClientIpResolver;
 use crate::limiter::{Decider, LimiterError};
 use crate::metrics::{LimitCounters, Metrics};
 use crate::route::RouteTable;
+use crate::top_keys::DeniedKeys;
 use crate::upstream::Upstream;
 use arc_swap::ArcSwap;
 use prometheus::Histogram;
@@ -106,6 +107,8 @@ pub struct CompiledLimit {
     pub config: LimitConfig,
     /// Its `sluice_ratelimit_decisions_total` series.
     pub counters: LimitCounters,
+    /// The keys it denied most lately (`/v1/top`).
+    pub denied: DeniedKeys,
 }
 
 /// Why a validated configuration could not be put into service.
@@ -207,6 +210,7 @@ fn compile_route(
             .limits
             .iter()
             .map(|limit| CompiledLimit {
+                denied: DeniedKeys::default(),
                 config: limit.clone(),
                 counters: metrics.limit_counters(
                     &route.name,

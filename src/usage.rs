@@ -217,7 +217,7 @@ fn ip_key_text(state: &GatewayState, raw: Option<&[u8]>) -> Result<String, Answe
 
 /// The query parameter `name`, percent-decoded; given twice with different
 /// values, an error.
-fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>>, Answer> {
+pub(crate) fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>>, Answer> {
     match query_value(query, name) {
         PartValue::One(value) => Ok(Some(value)),
         PartValue::Missing => Ok(None),
@@ -229,8 +229,9 @@ fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>>, A
     }
 }
 
-/// The token check: `Ok` when the request may use the API.
-fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), Answer> {
+/// The token check: `Ok` when the request may use the admin API (this
+/// one and `/v1/top`).
+pub(crate) fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), Answer> {
     match &state.config.server.admin_token {
         Some(token) => {
             let expected = format!("Bearer {token}");
@@ -251,7 +252,7 @@ fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), A
             if loopback {
                 Ok(())
             } else {
-                let reason = "the admin listener is not on loopback: set server.admin_token_env to use the usage API";
+                let reason = "the admin listener is not on loopback: set server.admin_token_env to use the admin API";
                 Err(error(
                     StatusCode::FORBIDDEN,
                     "forbidden",
@@ -281,7 +282,8 @@ fn encode(raw: &[u8]) -> String {
     out
 }
 
-fn error(status: StatusCode, what: &str, mut extra: serde_json::Value) -> Answer {
+/// An error answer: `extra` with `error` set to `what`.
+pub(crate) fn error(status: StatusCode, what: &str, mut extra: serde_json::Value) -> Answer {
     if let Some(object) = extra.as_object_mut() {
         object.insert("error".into(), json!(what));
     }
