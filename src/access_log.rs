@@ -62,6 +62,9 @@ pub struct AccessLogLine<'a> {
     /// The consumer whose API key the request carried (never the key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumer: Option<&'a str>,
+    /// The request's trace ID (32 hex digits), when tracing is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl AccessLogLine<'_> {
@@ -182,6 +185,7 @@ mod tests {
             source: Some("redis"),
             client: IpAddr::from([192, 0, 2, 1]),
             request_id: Some("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
+            trace_id: None,
             consumer: Some("acme"),
         }
         .to_line();
@@ -233,6 +237,7 @@ mod tests {
             source: None,
             client: IpAddr::from([127, 0, 0, 1]),
             request_id: None,
+            trace_id: None,
             consumer: None,
         };
         for _ in 0..5 {

@@ -24,6 +24,9 @@ pub fn choose(
     let key = ctx.balance_key(head, peer);
     let (mut chosen, name) = upstream.select(&key, &ctx.tried)?;
     ctx.attempts += 1;
+    if let Some(trace) = ctx.trace.as_mut() {
+        trace.upstream_try(chosen._address.to_string());
+    }
     if ctx.attempts > 1 {
         if let Some(route) = ctx.route() {
             retries.with_label_values(&[route.name.as_str()]).inc();
@@ -58,8 +61,11 @@ fn tries_left(ctx: &RequestCtx) -> bool {
 /// A connection that failed before the request was sent: tried again on
 /// another server when the route retries `connect_error` and has tries
 /// left (whatever the method: nothing reached the server).
-pub fn connect_failed(ctx: &RequestCtx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+pub fn connect_failed(ctx: &mut RequestCtx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
     server_failed(ctx, peer);
+    if let Some(trace) = ctx.trace.as_mut() {
+        trace.try_failed(format!("connect: {}", e.etype().as_str()));
+    }
     let retry = tries_left(ctx)
         && ctx
             .route()
@@ -89,7 +95,7 @@ fn server_failed(ctx: &RequestCtx, peer: &HttpPeer) {
 /// server unless it is the retry of a status; then Pingora's own rule
 /// (an idempotent method, a body still held) decides whether to retry.
 pub fn proxy_failed(
-    ctx: &RequestCtx,
+    ctx: &mut RequestCtx,
     peer: &HttpPeer,
     session: &pingora::proxy::Session,
     reused: bool,
@@ -99,6 +105,9 @@ pub fn proxy_failed(
         && e.esource() == &pingora::ErrorSource::Upstream
     {
         server_failed(ctx, peer);
+    }
+    if let Some(trace) = ctx.trace.as_mut() {
+        trace.try_failed(e.etype().as_str().to_string());
     }
     let truncated = session.as_ref().retry_buffer_truncated();
     if !session.req_header().method.is_idempotent() || truncated {
@@ -126,7 +135,10 @@ fn idempotent(method: &http::Method) -> bool {
 /// the route retries that status for this idempotent `method` and has tries
 /// left; the last try's response goes to the client as it is. Pingora
 /// then refuses the retry if the request body went past what it kept.
-pub fn answered(ctx: &RequestCtx, method: &http::Method, status: u16) -> pingora::Result<()> {
+pub fn answered(ctx: &mut RequestCtx, method: &http::Method, status: u16) -> pingora::Result<()> {
+    if let Some(trace) = ctx.trace.as_mut() {
+        trace.try_answered(status);
+    }
     let retried = ctx
         .route()
         .is_some_and(|r| r.forward.retries.statuses.contains(&status));

@@ -15,6 +15,7 @@ use crate::request::{request_path, UpstreamRewrite};
 use crate::request_id::request_id;
 use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
+use crate::trace::{Ending, RequestTrace};
 use crate::upstream::Upstream;
 use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -70,6 +71,8 @@ pub struct RequestCtx {
     /// Its `Access-Control-Allow-Origin`, when its route answers CORS and
     /// its origin is allowed.
     pub cors_origin: Option<HeaderValue>,
+    /// Its trace, when `tracing:` names a collector.
+    pub trace: Option<RequestTrace>,
 }
 
 impl RequestCtx {
@@ -97,6 +100,7 @@ impl RequestCtx {
             tried: Vec::new(),
             preflight: false,
             cors_origin: None,
+            trace: None,
         }
     }
 
@@ -122,6 +126,7 @@ impl RequestCtx {
         let trusted = self.state.client_ip.is_trusted(peer);
         let header = &self.state.config.server.request_id_header;
         self.request_id = Some(request_id(head, header, trusted));
+        self.trace = self.state.tracer.as_ref().map(|t| t.start(head));
     }
 
     /// What sluice's own answers to this request carry.
@@ -180,6 +185,9 @@ impl RequestCtx {
         self.verdict = report.verdict;
         self.client = report.client;
         self.user = report.user;
+        if let (Some(trace), Some(decided)) = (self.trace.as_mut(), report.decided) {
+            trace.decided(decided);
+        }
     }
 
     /// The matched route, if any.
@@ -266,6 +274,10 @@ impl RequestCtx {
                 .as_ref()
                 .map(|id| (&server.request_id_header, id)),
             edits,
+            trace: self
+                .trace
+                .as_ref()
+                .map(|t| (t.upstream_traceparent(), t.tracestate())),
         }
     }
 
@@ -333,6 +345,38 @@ impl RequestCtx {
         request_path(&self.path, req)
     }
 
+    /// Ends the request's trace: its spans are exported if it was sampled
+    /// (or denied, with `always_sample_denied`).
+    pub fn finish_trace(&mut self, req: &RequestHeader, status: u16, peer: IpAddr) {
+        let (Some(trace), Some(tracer)) = (self.trace.take(), self.state.tracer.clone()) else {
+            return;
+        };
+        let route = self.route();
+        let upstream = match route.map(|r| &r.action) {
+            Some(RouteAction::Upstream(u)) => self.state.upstreams.get(*u).map(|u| u.name()),
+            _ => None,
+        };
+        let verdict = self.verdict;
+        let client = self
+            .client
+            .unwrap_or_else(|| policy::client_ip(&self.state, req, peer));
+        let ending = Ending {
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            route: route.map_or("_unmatched", |r| r.name.as_str()),
+            upstream,
+            status,
+            client: client.to_string(),
+            decision: verdict.map(|v| v.label.name()),
+            limit: verdict
+                .and_then(|v| v.limit)
+                .zip(route)
+                .map(|(i, r)| r.limits[i].config.name.as_str()),
+            denied: verdict.is_some_and(|v| v.label == crate::metrics::DecisionLabel::Deny),
+        };
+        tracer.finish(trace, &ending);
+    }
+
     /// The access-log line of this request (`req` from `peer`), which
     /// ended with `status`.
     pub fn log_line<'a>(
@@ -371,6 +415,7 @@ impl RequestCtx {
             source: verdict.map(|v| v.source.label()),
             client,
             request_id: ctx.request_id.as_ref().and_then(|id| id.to_str().ok()),
+            trace_id: ctx.trace.as_ref().map(RequestTrace::trace_id_hex),
             consumer: state
                 .identity
                 .api_keys()

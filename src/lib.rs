@@ -50,6 +50,7 @@ pub mod target;
 pub mod tls;
 pub mod top;
 pub mod top_keys;
+pub mod trace;
 pub mod upstream;
 pub mod usage;
 pub mod watch;

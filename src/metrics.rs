@@ -33,6 +33,9 @@ pub struct Metrics {
     /// `sluice_access_log_dropped_total`: lines dropped because the access
     /// log's queue was full.
     pub access_log_dropped: IntCounter,
+    /// `sluice_tracing_dropped_total`: spans that never reached the
+    /// collector (the export queue was full, or the collector refused them).
+    pub tracing_dropped: IntCounter,
     /// `sluice_ratelimit_delay_seconds{route}`: how long delayed requests
     /// waited for their turn (`on_limit: delay`).
     pub delays: HistogramVec,
@@ -320,6 +323,11 @@ impl Metrics {
                 &registry,
                 "sluice_access_log_dropped_total",
                 "Access-log lines dropped because the writer could not keep up.",
+            )?,
+            tracing_dropped: counter(
+                &registry,
+                "sluice_tracing_dropped_total",
+                "Spans that never reached the OTLP collector: queue full or export failed.",
             )?,
             delays: latencies(
                 &registry,

@@ -17,7 +17,9 @@
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
 use crate::config::consumers::KeySource;
-use crate::config::{Algorithm, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource};
+use crate::config::{
+    Algorithm, Backend, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource,
+};
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
 use crate::identity::{Claims, HeaderValues, User};
@@ -31,6 +33,7 @@ use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
 use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::top_keys::parts_of;
+use crate::trace::DecisionSpan;
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora::http::RequestHeader;
@@ -528,6 +531,8 @@ pub struct LimitReport {
     pub client: Option<IpAddr>,
     /// The established identity, when the route's header edits name it.
     pub user: Option<Vec<u8>>,
+    /// The limiter's decision, for the request's trace.
+    pub decided: Option<DecisionSpan>,
 }
 
 /// What to do with a routed request.
@@ -593,7 +598,9 @@ pub async fn judge<'a>(
     }
     let mut checks = checks(route, &keys);
     let permits = wait_permits(state, route, &keys, &mut checks);
+    let asked = Instant::now();
     let outcome = state.decider.decide(&checks).await;
+    report.decided = Some(decision_span(state, route, &keys, &outcome, asked));
     drop(checks);
     count_decisions(route, &keys, &outcome);
     report.rate = rate_entries(route, &keys, &outcome.decisions);
@@ -601,6 +608,36 @@ pub async fn judge<'a>(
     report.verdict = Some(verdict);
     let step = step_for(state, route, keys, outcome, permits, &report);
     Judgement { report, step }
+}
+
+/// The decision for the request's trace: when it was `asked` and answered,
+/// by whom, with the algorithm of its first limit (the denying one when
+/// it was denied).
+fn decision_span(
+    state: &GatewayState,
+    route: &CompiledRoute,
+    keys: &[Keyed],
+    outcome: &Outcome,
+    asked: Instant,
+) -> DecisionSpan {
+    let named = keys
+        .iter()
+        .zip(&outcome.decisions)
+        .find(|(_, d)| !d.allowed)
+        .map(|(k, _)| k)
+        .or(keys.first());
+    let backend = match state.config.limiter.backend {
+        Backend::Redis => "redis",
+        Backend::Local => "local",
+    };
+    DecisionSpan {
+        start: asked,
+        end: Instant::now(),
+        backend,
+        source: outcome.source.label(),
+        algorithm: named.map_or("", |k| route.limits[k.index].config.algorithm.name()),
+        keys: keys.len(),
+    }
 }
 
 /// The keys of the route's limits that apply to the request (those no

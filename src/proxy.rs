@@ -233,9 +233,10 @@ impl ProxyHttp for Gateway {
         };
         self.metrics.count_request(route_name, status);
         duration.observe(ctx.started.elapsed().as_secs_f64());
+        let (req, peer) = (session.req_header(), respond::peer_ip(session));
         if ctx.state.config.server.access_log {
-            let (req, peer) = (session.req_header(), respond::peer_ip(session));
             self.access_log.write(&ctx.log_line(req, status, peer));
         }
+        ctx.finish_trace(req, status, peer);
     }
 }

@@ -153,6 +153,9 @@ pub struct UpstreamRewrite<'a> {
     /// The route's request header edits, with the request's values (last:
     /// what the operator configured wins).
     pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
+    /// With tracing: the `traceparent` to send (this trace, the upstream
+    /// try's span) and the caller's `tracestate`, replacing any sent.
+    pub trace: Option<(String, Option<&'a HeaderValue>)>,
 }
 
 /// How a request is named in the error log: its method, its path without
@@ -207,6 +210,13 @@ impl UpstreamRewrite<'_> {
         }
         if let Some((edits, values)) = &self.edits {
             edit(req, edits, values)?;
+        }
+        if let Some((traceparent, tracestate)) = self.trace {
+            req.insert_header("traceparent", traceparent)?;
+            match tracestate {
+                Some(state) => req.insert_header("tracestate", state.clone())?,
+                None => drop(req.remove_header("tracestate")),
+            }
         }
         Ok(())
     }

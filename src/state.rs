@@ -13,6 +13,7 @@ use crate::limiter::{Decider, LimiterError};
 use crate::metrics::{LimitCounters, Metrics};
 use crate::route::RouteTable;
 use crate::top_keys::DeniedKeys;
+use crate::trace::Tracer;
 use crate::upstream::Upstream;
 use arc_swap::ArcSwap;
 use prometheus::Histogram;
@@ -39,6 +40,8 @@ pub struct GatewayState {
     pub decider: Arc<Decider>,
     /// The rate-limit service's decision counters, with `server.rls`.
     pub rls: Option<CompiledRls>,
+    /// The tracer of `tracing:`, if a collector is named.
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 /// The decision counters of the rate-limit service's limits.
@@ -117,6 +120,9 @@ pub enum BuildError {
     /// The Redis backend could not be set up (a bad URL the parser accepted).
     #[error("limiter: {0}")]
     Limiter(#[from] LimiterError),
+    /// The span export thread could not start.
+    #[error("tracing: cannot start the export thread: {0}")]
+    Tracing(std::io::Error),
     /// An upstream pool could not be built.
     #[error("upstream `{name}`: {source}")]
     Upstream {
@@ -192,9 +198,28 @@ impl GatewayState {
             )?,
             decider: Arc::new(decider),
             rls: CompiledRls::build(&config, metrics),
+            tracer: tracer(&config, metrics, previous)?,
             config,
         })
     }
+}
+
+/// The tracer of `config`: the previous one when its `tracing:` did not
+/// change (its export thread and queue go on), else a new one.
+fn tracer(
+    config: &Config,
+    metrics: &Metrics,
+    previous: Option<&GatewayState>,
+) -> Result<Option<Arc<Tracer>>, BuildError> {
+    let Some(tracing) = &config.tracing else {
+        return Ok(None);
+    };
+    if let Some(previous) = previous.filter(|p| p.config.tracing.as_ref() == Some(tracing)) {
+        return Ok(previous.tracer.clone());
+    }
+    let dropped = metrics.tracing_dropped.clone();
+    let tracer = Tracer::new(tracing, dropped).map_err(BuildError::Tracing)?;
+    Ok(Some(Arc::new(tracer)))
 }
 
 /// `route` with its limits' counters and its metric handles.

@@ -30,6 +30,17 @@ pub struct FileConfig {
     #[serde(default)]
     pub routes: Vec<RouteFile>,
     pub exempt: Option<ExemptFile>,
+    pub tracing: Option<TracingFile>,
+}
+
+/// `tracing:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingFile {
+    pub otlp_endpoint: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub service_name: Option<String>,
+    pub always_sample_denied: Option<bool>,
 }
 
 /// `exempt:` (top level, a route's, a limit's).

@@ -53,6 +53,8 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `exempt:`: requests no limit of any route counts.
     pub exempt: ExemptConfig,
+    /// `tracing:`: traces over OTLP; `None` when no collector is named.
+    pub tracing: Option<TracingConfig>,
     /// Things that work but deserve the operator's attention, `path:line:column`
     /// formatted like errors (printed by `--check` and logged at start).
     pub warnings: Vec<String>,
@@ -318,6 +320,21 @@ pub struct ResponseConfig {
     pub status: u16,
     /// Header style.
     pub headers: HeaderStyle,
+}
+
+/// `tracing:`: where and how often traces are exported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// The OTLP/HTTP endpoint spans are posted to: the URL as written, with
+    /// `/v1/traces` appended when it has no path.
+    pub otlp_endpoint: String,
+    /// The share of requests without a sampled parent that are traced
+    /// (0 to 1); a parent's sampled flag decides for the others.
+    pub sample_ratio: f64,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+    /// Every denied request is traced, whatever the sampling said.
+    pub always_sample_denied: bool,
 }
 
 /// One upstream pool.

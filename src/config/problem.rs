@@ -286,6 +286,12 @@ pub enum ProblemKind {
     /// A denial status that is not 4xx.
     #[error("`status` of a denied request must be a 4xx code")]
     DenyStatus,
+    /// A `tracing.otlp_endpoint` that is not an http(s) URL.
+    #[error("`otlp_endpoint` must be an http:// or https:// URL with a host, not `{0}`")]
+    BadOtlpEndpoint(String),
+    /// A `tracing.sample_ratio` outside 0..=1.
+    #[error("`sample_ratio` must be a number from 0 to 1")]
+    BadSampleRatio,
 
     // ---- upstreams ----------------------------------------------------------
     /// `http://host:port` where `host:port` is meant.

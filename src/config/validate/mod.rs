@@ -13,6 +13,7 @@ mod limiter;
 mod rls;
 mod route;
 mod server;
+mod tracing;
 mod upstream;
 
 pub(super) use limit::MAX_LOG;
@@ -62,12 +63,40 @@ pub(super) fn validate(
     let exempt = exempt::exempt(&mut c, &top, file.exempt.as_ref());
     let trusted = !client_ip.trusted_proxies.is_empty();
     exempt::check_sources(&mut c, &top, &exempt, &identity, trusted);
+    check_route_sources(&mut c, &routes, &identity, trusted);
+    let tracing = tracing::tracing(&mut c, file.tracing.as_ref());
+    if !c.problems.is_empty() {
+        return Err(c.problems);
+    }
+    let config = Config {
+        server,
+        client_ip,
+        identity,
+        limiter,
+        response,
+        upstreams,
+        routes,
+        exempt,
+        tracing,
+        warnings: Vec::new(),
+    };
+    Ok((config, c.warnings))
+}
+
+/// What the routes' and their limits' exemptions and `limit_from` read is
+/// there to read (an identity, trusted proxies).
+fn check_route_sources(
+    c: &mut Checker,
+    routes: &[RouteConfig],
+    identity: &IdentityConfig,
+    trusted: bool,
+) {
     for (r, route) in routes.iter().enumerate() {
         let at = route_path(r).key("exempt");
-        exempt::check_sources(&mut c, &at, &route.exempt, &identity, trusted);
+        exempt::check_sources(c, &at, &route.exempt, identity, trusted);
         for (l, limit) in route.limits.iter().enumerate() {
             let at = route::limit_path(r, l);
-            exempt::check_sources(&mut c, &at.key("exempt"), &limit.exempt, &identity, trusted);
+            exempt::check_sources(c, &at.key("exempt"), &limit.exempt, identity, trusted);
             let at = at.key("limit_from");
             match &limit.limit_from {
                 Some(PlanSource::Claim(_)) if !matches!(identity, IdentityConfig::Jwt(_)) => {
@@ -85,21 +114,6 @@ pub(super) fn validate(
             }
         }
     }
-    if !c.problems.is_empty() {
-        return Err(c.problems);
-    }
-    let config = Config {
-        server,
-        client_ip,
-        identity,
-        limiter,
-        response,
-        upstreams,
-        routes,
-        exempt,
-        warnings: Vec::new(),
-    };
-    Ok((config, c.warnings))
 }
 
 /// A `user` key part with no identity configured: every request is missing it.

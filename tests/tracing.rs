@@ -1,0 +1,350 @@
+//! Traces over OTLP/HTTP from the real binary to a real receiver that
+//! decodes them with the official OpenTelemetry protos: the spans of an
+//! allowed, a denied and a proxied-then-502 request, their links, a
+//! continued `traceparent` that the upstream sees, the access log's
+//! `trace_id`; and, with the collector down, requests unaffected and
+//! the spans counted as dropped.
+
+mod common;
+
+use common::*;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
+use prost::Message;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// An OTLP/HTTP receiver: every span posted to it, with its service name.
+struct Receiver {
+    addr: SocketAddr,
+    spans: Arc<Mutex<Vec<(String, Span)>>>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let sink = spans.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let sink = sink.clone();
+                thread::spawn(move || serve(stream, &sink));
+            }
+        });
+        Receiver { addr, spans }
+    }
+
+    fn spans(&self) -> Vec<(String, Span)> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+/// Serves one kept-alive connection: each POST body decoded as an
+/// `ExportTraceServiceRequest`, answered 200 with an empty response.
+fn serve(stream: TcpStream, sink: &Mutex<Vec<(String, Span)>>) {
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0;
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        assert!(line.starts_with("POST /v1/traces "), "{line}");
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            if header == "\r\n" {
+                break;
+            }
+            if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().expect("length");
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("body");
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
+        for resource in request.resource_spans {
+            let service = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    Value::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for scope in resource.scope_spans {
+                let mut spans = sink.lock().unwrap();
+                spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
+            }
+        }
+        let answer =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        Value::StringValue(s) => Some(s.clone()),
+        Value::IntValue(i) => Some(i.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn config(redis: &RedisServer, upstream: &Upstream, collector: SocketAddr, ratio: &str) -> String {
+    let closed = free_port();
+    format!(
+        r#"
+limiter:
+  redis: {{ url: "{redis}", timeout: 2s }}
+tracing:
+  otlp_endpoint: http://{collector}
+  sample_ratio: {ratio}
+  service_name: edge-gateway
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+  gone: {{ servers: ["127.0.0.1:{closed}"] }}
+routes:
+  - name: broken
+    match: {{ path_prefix: /broken }}
+    upstream: gone
+  - name: api
+    upstream: api
+    limits:
+      - {{ name: per-key, key: [{{header: X-Key}}], limit: 1, window: 1m }}
+"#,
+        redis = redis.url(),
+        upstream = upstream.addr,
+    )
+}
+
+const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+const BROKEN_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+
+/// The spans of trace `trace_id` once its server span has arrived.
+fn trace_of(receiver: &Receiver, trace_id: &str) -> Vec<Span> {
+    let mine = || -> Vec<Span> {
+        let spans = receiver.spans();
+        spans
+            .into_iter()
+            .map(|(_, s)| s)
+            .filter(|s| hex(&s.trace_id) == trace_id)
+            .collect()
+    };
+    wait_until(Duration::from_secs(15), "the trace's spans", || {
+        mine().iter().any(|s| s.kind == SpanKind::Server as i32)
+    });
+    mine()
+}
+
+fn kind(spans: &[Span], kind: SpanKind) -> Vec<&Span> {
+    spans.iter().filter(|s| s.kind == kind as i32).collect()
+}
+
+#[test]
+fn allowed_denied_and_failed_requests_are_traced_with_their_children() {
+    let (redis, upstream, receiver) = (RedisServer::start(), Upstream::start(), Receiver::start());
+    let sluice = Sluice::start_with_server(
+        "  access_log: stderr\n",
+        &config(&redis, &upstream, receiver.addr, "0"),
+        &[],
+    );
+    // Continued: the caller sampled it, so it is traced whatever the ratio.
+    let parent = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01");
+    let allowed = sluice.get(
+        "/pay",
+        &[
+            ("X-Key", "a"),
+            ("traceparent", &parent),
+            ("tracestate", "vendor=1"),
+        ],
+    );
+    assert_eq!(allowed.status, 200);
+    let sent = upstream
+        .last_header("traceparent")
+        .expect("traceparent upstream");
+    assert_eq!(
+        upstream.last_header("tracestate").as_deref(),
+        Some("vendor=1")
+    );
+    // Not sampled (ratio 0), allowed: not exported.
+    assert_eq!(sluice.get("/pay", &[("X-Key", "b")]).status, 200);
+    let unsampled = upstream
+        .last_header("traceparent")
+        .expect("traceparent upstream");
+    assert!(
+        unsampled.starts_with("00-") && unsampled.ends_with("-00"),
+        "{unsampled}"
+    );
+    // Denied: always traced.
+    assert_eq!(sluice.get("/pay", &[("X-Key", "a")]).status, 429);
+    let broken = format!("00-{BROKEN_TRACE}-{PARENT_SPAN}-01");
+    assert_eq!(
+        sluice.get("/broken", &[("traceparent", &broken)]).status,
+        502
+    );
+
+    let spans = trace_of(&receiver, PARENT_TRACE);
+    assert!(receiver
+        .spans()
+        .iter()
+        .all(|(service, _)| service == "edge-gateway"));
+    let server = kind(&spans, SpanKind::Server);
+    assert_eq!(server.len(), 1, "{spans:?}");
+    let server = server[0];
+    assert_eq!(server.name, "GET api");
+    assert_eq!(hex(&server.parent_span_id), PARENT_SPAN);
+    assert_eq!(
+        attribute(server, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert_eq!(
+        attribute(server, "sluice.decision").as_deref(),
+        Some("allow")
+    );
+    assert_eq!(attribute(server, "http.route").as_deref(), Some("api"));
+    assert_eq!(
+        attribute(server, "client.address").as_deref(),
+        Some("127.0.0.1")
+    );
+    let limit = spans
+        .iter()
+        .find(|s| s.name == "sluice.limit")
+        .expect("limit span");
+    assert_eq!(limit.parent_span_id, server.span_id);
+    assert_eq!(
+        attribute(limit, "sluice.limiter.backend").as_deref(),
+        Some("redis")
+    );
+    assert_eq!(
+        attribute(limit, "sluice.limiter.source").as_deref(),
+        Some("redis")
+    );
+    assert_eq!(
+        attribute(limit, "sluice.limit.algorithm").as_deref(),
+        Some("sliding_log")
+    );
+    let client = kind(&spans, SpanKind::Client);
+    assert_eq!(client.len(), 1, "{spans:?}");
+    assert_eq!(client[0].parent_span_id, server.span_id);
+    assert_eq!(attribute(client[0], "sluice.attempt").as_deref(), Some("1"));
+    assert_eq!(
+        attribute(client[0], "server.address"),
+        Some(upstream.addr.to_string())
+    );
+    assert!(server.start_time_unix_nano <= limit.start_time_unix_nano);
+    assert!(limit.end_time_unix_nano <= client[0].start_time_unix_nano);
+    assert!(client[0].end_time_unix_nano <= server.end_time_unix_nano);
+    // The upstream saw the same trace, its parent the upstream call's span.
+    assert_eq!(
+        sent,
+        format!("00-{PARENT_TRACE}-{}-01", hex(&client[0].span_id))
+    );
+
+    let failed = trace_of(&receiver, BROKEN_TRACE);
+    let server = kind(&failed, SpanKind::Server)[0];
+    assert_eq!(
+        attribute(server, "http.response.status_code").as_deref(),
+        Some("502")
+    );
+    assert_eq!(
+        server.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Error as i32)
+    );
+    let tries = kind(&failed, SpanKind::Client);
+    assert!(!tries.is_empty(), "{failed:?}");
+    assert!(tries
+        .iter()
+        .all(|t| t.status.as_ref().map(|s| s.code) == Some(StatusCode::Error as i32)));
+
+    // The denial started its own trace: a server span answered 429, its
+    // limit span, no upstream call.
+    let all = receiver.spans();
+    let denied: Vec<&Span> = all
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| attribute(s, "http.response.status_code").as_deref() == Some("429"))
+        .collect();
+    assert_eq!(denied.len(), 1, "{all:?}");
+    assert_eq!(
+        attribute(denied[0], "sluice.decision").as_deref(),
+        Some("deny")
+    );
+    assert_eq!(
+        attribute(denied[0], "sluice.limit").as_deref(),
+        Some("per-key")
+    );
+    assert!(denied[0].parent_span_id.is_empty() || denied[0].parent_span_id == [0; 8]);
+    let denied_trace = denied[0].trace_id.clone();
+    let children: Vec<&Span> = all
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.trace_id == denied_trace)
+        .collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    // The unsampled allowed request was not exported: three server spans.
+    let servers = all
+        .iter()
+        .filter(|(_, s)| s.kind == SpanKind::Server as i32)
+        .count();
+    assert_eq!(servers, 3, "{all:?}");
+
+    // The access log names each request's trace.
+    let log = sluice.log();
+    let traced: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let ids: Vec<&str> = traced
+        .iter()
+        .filter_map(|l| l["trace_id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 4, "{log}");
+    assert_eq!(ids[0], PARENT_TRACE);
+    assert_eq!(ids[2], hex(&denied_trace));
+    assert!(unsampled.contains(ids[1]), "{unsampled} {}", ids[1]);
+}
+
+#[test]
+fn a_collector_that_is_down_slows_nothing_and_drops_are_counted() {
+    let (redis, upstream) = (RedisServer::start(), Upstream::start());
+    let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let sluice = Sluice::start(&config(&redis, &upstream, nobody, "1.0"));
+    for i in 0..20 {
+        assert_eq!(
+            sluice.get("/pay", &[("X-Key", &format!("k{i}"))]).status,
+            200
+        );
+    }
+    // Each request's three spans (server, limit, upstream) never arrive.
+    wait_until(
+        Duration::from_secs(15),
+        "60 spans counted as dropped",
+        || metric_value(&sluice.metrics(), "sluice_tracing_dropped_total") >= 60,
+    );
+    assert_eq!(upstream.hits(), 20);
+}
