@@ -126,17 +126,8 @@ fn key_building(c: &mut Criterion) {
 }
 
 fn check(key: &str) -> LimitCheck<'_> {
-    LimitCheck {
-        key,
-        limit: 1_000_000_000,
-        window: Duration::from_secs(60),
-        cost: 1,
-        algorithm: Algorithm::SlidingWindow { buckets: 10 },
-        shadow: false,
-        block: Duration::ZERO,
-        deferred: false,
-        max_delay: Duration::ZERO,
-    }
+    let algorithm = Algorithm::SlidingWindow { buckets: 10 };
+    LimitCheck::plain(key, 1_000_000_000, Duration::from_secs(60), algorithm)
 }
 
 fn local_limiter(c: &mut Criterion) {
@@ -236,11 +227,34 @@ fn api_key_lookup(c: &mut Criterion) {
     group.finish();
 }
 
+/// What `/v1/top`'s sketch costs a denial: one key flooding (found in the
+/// sketch), and 100,000 keys in turn (each one evicting the smallest).
+fn denied_keys(c: &mut Criterion) {
+    let mut group = c.benchmark_group("denied_keys_record");
+    let sketch = sluice::top_keys::DeniedKeys::default();
+    let now = std::time::Instant::now();
+    group.bench_function("flood_one_key", |b| {
+        b.iter(|| sketch.record(black_box("10.0.0.1"), now))
+    });
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+        .collect();
+    let mut next = 0;
+    group.bench_function("100000_keys_evicting", |b| {
+        b.iter(|| {
+            next = (next + 1) % keys.len();
+            sketch.record(black_box(&keys[next]), now)
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     route_matching,
     key_building,
     local_limiter,
-    api_key_lookup
+    api_key_lookup,
+    denied_keys
 );
 criterion_main!(benches);

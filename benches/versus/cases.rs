@@ -34,6 +34,7 @@ pub const SLUICE_LOCAL: &str = "sluice, backend: local";
 pub const SLUICE_STEALING: &str = "sluice, no limit, work stealing";
 pub const SLUICE_NOLIMIT_2T: &str = "sluice, no limit, 2 threads";
 pub const SLUICE_LOG_2T: &str = "sluice + Redis, sliding_log, 2 threads";
+pub const SLUICE_TRACED: &str = "sluice + Redis, sliding_log, tracing 1 %";
 pub const SLUICE_CLUSTER: &str = "sluice + Redis Cluster (3 primaries), sliding_log";
 pub const BARE: &str = "bare Pingora proxy";
 pub const BARE_STEALING: &str = "bare Pingora proxy, work stealing";
@@ -210,7 +211,8 @@ impl Bench {
     /// The runtime and scaling variants are left out: they answer a
     /// throughput question.
     pub fn paced_cases(&self) -> impl Iterator<Item = &Case> {
-        const VARIANTS: [&str; 5] = [
+        const VARIANTS: [&str; 6] = [
+            SLUICE_TRACED,
             BARE_STEALING,
             BARE_2T,
             SLUICE_STEALING,
@@ -238,6 +240,9 @@ struct SluiceRun<'a> {
     /// Whether its route rewrites the path and edits a request and a
     /// response header (what fronting an existing API costs).
     forwarding: bool,
+    /// Whether it traces 1 % of requests (and denials, at most 100 a second)
+    /// to the run's OTLP sink.
+    tracing: bool,
     binary: &'a Path,
 }
 
@@ -253,6 +258,7 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
         work_stealing,
         cluster: false,
         forwarding: false,
+        tracing: false,
         binary,
     };
     let log = Some("sliding_log");
@@ -281,6 +287,13 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
             ),
         ),
         (SLUICE_LOCAL, run("local", "local:", log, 1, false, current)),
+        (
+            SLUICE_TRACED,
+            SluiceRun {
+                tracing: true,
+                ..run("redis", "traced:", log, 1, false, current)
+            },
+        ),
         (
             SLUICE_STEALING,
             run("redis", "stealing:", None, 1, true, current),
@@ -331,7 +344,7 @@ impl SluiceRun<'_> {
             "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: {threads}\n{stealing}  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
              limiter:\n  backend: {backend}\n  redis: {{ {server}, timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
-             routes:\n  - name: bench\n    upstream: api\n{forwarding}{limits}",
+             routes:\n  - name: bench\n    upstream: api\n{forwarding}{limits}{tracing}",
             pid = run_dir.join("pid").display(),
             sock = run_dir.join("sock").display(),
             server = if self.cluster {
@@ -341,6 +354,11 @@ impl SluiceRun<'_> {
             },
             backend = self.backend,
             forwarding = if self.forwarding { FORWARDING } else { "" },
+            tracing = if self.tracing {
+                format!("tracing:\n  otlp_endpoint: http://{}\n  sample_ratio: 0.01\n", otlp_sink())
+            } else {
+                String::new()
+            },
             prefix = self.prefix,
             threads = self.threads,
             stealing = if self.work_stealing { "" } else { "  work_stealing: false\n" },
@@ -352,6 +370,54 @@ impl SluiceRun<'_> {
             },
         );
         Sluice::start_binary(self.binary, &config, addr, admin, &[("RUST_LOG", "warn")])
+    }
+}
+
+/// The run's OTLP collector: a thread of this process answering every
+/// post `200` without decoding it (what a collector costs is not sluice's);
+/// started once.
+fn otlp_sink() -> SocketAddr {
+    static SINK: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
+    *SINK.get_or_init(|| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the OTLP sink");
+        let addr = listener.local_addr().expect("sink address");
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || answer_posts(stream));
+            }
+        });
+        addr
+    })
+}
+
+/// Reads each request on `stream` (head and `Content-Length` body) and
+/// answers it `200` with an empty body, until the peer closes.
+fn answer_posts(stream: std::net::TcpStream) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        if reader.read_exact(&mut body).is_err() || writer.write_all(answer).is_err() {
+            return;
+        }
     }
 }
 

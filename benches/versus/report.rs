@@ -321,6 +321,15 @@ fn targets(
         .into_iter()
         .chain(earlier_targets(samples, paced))
         .collect();
+    let cpu_in = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.server_cpu_us);
+    for scenario in ["allowed", "flood"] {
+        rows.push((
+            format!("tracing 1 % sampled (denials always, ≤ 100/s) ≤ 1.03× sluice + Redis sliding_log, CPU per request ({scenario})"),
+            cpu_in(scenario, SLUICE_TRACED) / cpu_in(scenario, SLUICE_LOG),
+            1.03,
+            false,
+        ));
+    }
     if options.pin {
         let cpu = |case: &str| figure(samples, "allowed", case, |x| x.server_cpu_us);
         rows.push((

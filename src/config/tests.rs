@@ -726,15 +726,33 @@ fn tracing_is_checked_with_positions() {
     let on = load("tracing:\n  otlp_endpoint: http://otel:4318\n").expect("valid");
     let tracing = on.tracing.expect("on");
     assert_eq!(tracing.otlp_endpoint, "http://otel:4318/v1/traces");
-    assert_eq!((tracing.sample_ratio, tracing.always_sample_denied), (0.01, true));
+    assert_eq!(
+        (tracing.sample_ratio, tracing.always_sample_denied),
+        (0.01, true)
+    );
     assert_eq!(tracing.service_name, "sluice");
-    assert!(load("tracing: {sample_ratio: 0.5}\n").expect("valid").tracing.is_none());
+    assert!(load("tracing: {sample_ratio: 0.5}\n")
+        .expect("valid")
+        .tracing
+        .is_none());
     let err = error_of("tracing:\n  otlp_endpoint: otel:4318\n");
-    assert!(err.contains("test.yaml:2:18") && err.contains("otlp_endpoint"), "{err}");
+    assert!(
+        err.contains("test.yaml:2:18") && err.contains("otlp_endpoint"),
+        "{err}"
+    );
     let err = error_of("tracing:\n  otlp_endpoint: http://o\n  sample_ratio: 1.5\n");
-    assert!(err.contains("test.yaml:3:17") && err.contains("from 0 to 1"), "{err}");
+    assert!(
+        err.contains("test.yaml:3:17") && err.contains("from 0 to 1"),
+        "{err}"
+    );
     let err = error_of("tracing:\n  otlp_endpoint: http://o\n  service_name: \" \"\n");
-    assert!(err.contains("test.yaml:3:17") && err.contains("service_name"), "{err}");
+    assert!(
+        err.contains("test.yaml:3:17") && err.contains("service_name"),
+        "{err}"
+    );
     let err = error_of("tracing:\n  otlp: http://o\n");
-    assert!(err.contains("test.yaml:2:3") && err.contains("otlp"), "{err}");
+    assert!(
+        err.contains("test.yaml:2:3") && err.contains("otlp"),
+        "{err}"
+    );
 }

@@ -21,7 +21,13 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
 use pingora::http::RequestHeader;
 use std::borrow::Cow;
+use std::sync::atomic::AtomicU64;
 use std::time::{Instant, SystemTime};
+
+/// Denied requests traced at most per second beyond the sampled ones
+/// (`always_sample_denied`): a flood of 429s would otherwise build and
+/// queue spans for every one of them.
+pub const DENIED_PER_SECOND: u64 = 100;
 
 /// One configuration's tracer: its sampling and its export queue.
 #[derive(Debug)]
@@ -30,6 +36,10 @@ pub struct Tracer {
     exporter: Exporter,
     ids: RandomIdGenerator,
     scope: InstrumentationScope,
+    /// The second (since `epoch`) of the denied traces counted, shifted
+    /// left 32 bits, plus their count in it.
+    denied_budget: AtomicU64,
+    epoch: Instant,
 }
 
 /// The limit decision of a request, for its span.
@@ -113,6 +123,8 @@ impl Tracer {
             exporter,
             ids: RandomIdGenerator::default(),
             scope,
+            denied_budget: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
@@ -148,6 +160,20 @@ impl Tracer {
         }
     }
 
+    /// Whether one more denied request may be traced this second.
+    fn denied_allowed(&self) -> bool {
+        let second = self.epoch.elapsed().as_secs() << 32;
+        let update = |budget: u64| match budget & !0xffff_ffff == second {
+            true if budget & 0xffff_ffff >= DENIED_PER_SECOND => None,
+            true => Some(budget + 1),
+            false => Some(second + 1),
+        };
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        self.denied_budget
+            .fetch_update(ordering, ordering, update)
+            .is_ok()
+    }
+
     fn by_ratio(&self, trace_id: u128) -> bool {
         let bound = (self.config.sample_ratio * (1u64 << 63) as f64) as u64;
         ((trace_id as u64) >> 1) < bound
@@ -161,7 +187,8 @@ impl Tracer {
     /// `always_sample_denied`.
     pub fn finish(&self, trace: RequestTrace, ending: &Ending<'_>) {
         let denied = ending.denied && self.config.always_sample_denied;
-        if !trace.sampled && !denied {
+        let exported = trace.sampled || (denied && self.denied_allowed());
+        if !exported {
             return;
         }
         let spans = self.spans(&trace, ending);
