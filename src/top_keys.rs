@@ -28,36 +28,67 @@ pub const SLICE: Duration = Duration::from_secs(10);
 /// covers the last 50 to 60 seconds.
 pub const SLICES: usize = 6;
 
-/// One Space-Saving sketch.
+/// One Space-Saving sketch. Its counters lie in parallel vectors, so that
+/// finding the smallest (on each new key once full) scans 100 contiguous
+/// numbers; keys are found by a keyed 64-bit hash (a collision, which
+/// clients cannot aim for, only makes a key take a new counter), and a
+/// replaced key's string is overwritten in place, not reallocated.
 #[derive(Debug, Default)]
 struct Sketch {
-    /// Key → (count, error).
-    counts: HashMap<Box<str>, (u64, u64)>,
+    hasher: std::collections::hash_map::RandomState,
+    /// Key hash → its counter.
+    index: HashMap<u64, usize>,
+    keys: Vec<String>,
+    hashes: Vec<u64>,
+    counts: Vec<u64>,
+    errors: Vec<u64>,
     /// Denials counted (N).
     total: u64,
 }
 
 impl Sketch {
     fn add(&mut self, key: &str) {
+        use std::hash::BuildHasher;
         self.total += 1;
-        if let Some((count, _)) = self.counts.get_mut(key) {
-            *count += 1;
-            return;
+        let hash = self.hasher.hash_one(key);
+        if let Some(&i) = self.index.get(&hash) {
+            if self.keys[i] == key {
+                self.counts[i] += 1;
+                return;
+            }
         }
         if self.counts.len() < CAPACITY {
-            self.counts.insert(key.into(), (1, 0));
+            self.index.insert(hash, self.counts.len());
+            self.keys.push(key.to_string());
+            self.hashes.push(hash);
+            self.counts.push(1);
+            self.errors.push(0);
             return;
         }
         // Full: the key with the smallest count gives its place.
-        let smallest = self
-            .counts
+        let Some((i, &min)) = self.counts.iter().enumerate().min_by_key(|(_, c)| **c) else {
+            return;
+        };
+        self.index.remove(&self.hashes[i]);
+        self.index.insert(hash, i);
+        self.keys[i].clear();
+        self.keys[i].push_str(key);
+        self.hashes[i] = hash;
+        self.counts[i] = min + 1;
+        self.errors[i] = min;
+    }
+
+    /// Each key held, with its count and error.
+    fn entries(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        let counts = self.counts.iter().zip(&self.errors);
+        self.keys
             .iter()
-            .min_by_key(|(_, (count, _))| *count)
-            .map(|(key, (count, _))| (key.clone(), *count));
-        if let Some((evicted, min)) = smallest {
-            self.counts.remove(&evicted);
-            self.counts.insert(key.into(), (min + 1, min));
-        }
+            .zip(counts)
+            .map(|(k, (c, e))| (k.as_str(), *c, *e))
+    }
+
+    fn holds(&self, key: &str) -> bool {
+        self.keys.iter().any(|k| k == key)
     }
 
     /// What a key it does not hold can have had: 0 until it is full.
@@ -65,15 +96,15 @@ impl Sketch {
         if self.counts.len() < CAPACITY {
             return 0;
         }
-        self.counts
-            .values()
-            .map(|(count, _)| *count)
-            .min()
-            .unwrap_or(0)
+        self.counts.iter().copied().min().unwrap_or(0)
     }
 
     fn clear(&mut self) {
+        self.index.clear();
+        self.keys.clear();
+        self.hashes.clear();
         self.counts.clear();
+        self.errors.clear();
         self.total = 0;
     }
 }
@@ -156,7 +187,7 @@ impl DeniedKeys {
             .collect();
         let mut merged: HashMap<&str, TopKey> = HashMap::new();
         for sketch in &live {
-            for (key, (count, error)) in &sketch.counts {
+            for (key, count, error) in sketch.entries() {
                 let entry = merged.entry(key).or_insert_with(|| TopKey {
                     key: key.to_string(),
                     count: 0,
@@ -169,7 +200,7 @@ impl DeniedKeys {
         for sketch in &live {
             let floor = sketch.floor();
             for (key, entry) in merged.iter_mut() {
-                if !sketch.counts.contains_key(*key) {
+                if !sketch.holds(key) {
                     entry.error += floor;
                 }
             }
@@ -201,7 +232,9 @@ mod tests {
             keys.record(&format!("k{i}"), now);
         }
         let ring = keys.ring.lock().unwrap();
-        let held: usize = ring.slots.iter().map(|(_, s)| s.counts.len()).sum();
+        let held: usize = ring.slots.iter().map(|(_, s)| s.keys.len()).sum();
+        let indexed: usize = ring.slots.iter().map(|(_, s)| s.index.len()).sum();
+        assert_eq!(held, indexed);
         assert!(held <= CAPACITY, "{held} keys held");
     }
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 
@@ -38,19 +38,7 @@ fn send_keys(addr: SocketAddr, keys: &[String]) -> usize {
     for key in keys {
         let head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Key: {key}\r\n\r\n");
         stream.write_all(head.as_bytes()).expect("write");
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line).expect("status");
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).expect("header");
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().expect("length");
-            }
-        }
+        let (status_line, length) = read_head(&mut reader).expect("a response");
         let mut body = vec![0; length];
         reader.read_exact(&mut body).expect("body");
         if status_line.contains(" 429 ") {

@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
 use prost::Message;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -49,25 +49,8 @@ impl Receiver {
 fn serve(stream: TcpStream, sink: &Mutex<Vec<(String, Span)>>) {
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
-    loop {
-        let mut length = 0;
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
+    while let Some((line, length)) = read_head(&mut reader) {
         assert!(line.starts_with("POST /v1/traces "), "{line}");
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            if header == "\r\n" {
-                break;
-            }
-            if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().expect("length");
-            }
-        }
         let mut body = vec![0; length];
         reader.read_exact(&mut body).expect("body");
         let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");

@@ -393,26 +393,13 @@ fn otlp_sink() -> SocketAddr {
 /// Reads each request on `stream` (head and `Content-Length` body) and
 /// answers it `200` with an empty body, until the peer closes.
 fn answer_posts(stream: std::net::TcpStream) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Read, Write};
     let mut writer = match stream.try_clone() {
         Ok(writer) => writer,
         Err(_) => return,
     };
     let mut reader = BufReader::new(stream);
-    loop {
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
+    while let Some((_, length)) = crate::common::read_head(&mut reader) {
         let mut body = vec![0; length];
         let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         if reader.read_exact(&mut body).is_err() || writer.write_all(answer).is_err() {

@@ -495,6 +495,28 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
     raw_request(addr, &raw)
 }
 
+/// Reads one message head from `reader`: its first line and its
+/// `Content-Length` (0 without one); `None` when the peer closed first.
+pub fn read_head(reader: &mut impl BufRead) -> Option<(String, usize)> {
+    let mut first = String::new();
+    if reader.read_line(&mut first).ok()? == 0 {
+        return None;
+    }
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            return Some((first, length));
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().ok()?;
+        }
+    }
+}
+
 /// `GET path` with `headers`.
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
     request(addr, "GET", path, headers)
