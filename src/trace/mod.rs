@@ -246,6 +246,14 @@ impl Tracer {
                 Status::Unset,
             ));
         }
+        spans.extend(self.try_spans(trace, ending, end));
+        spans
+    }
+
+    /// One client span per upstream try, children of the server span.
+    fn try_spans(&self, trace: &RequestTrace, ending: &Ending<'_>, end: Instant) -> Vec<SpanData> {
+        let at = |instant: Instant| trace.wall + instant.saturating_duration_since(trace.started);
+        let mut spans = Vec::with_capacity(trace.tries.len());
         for (i, t) in trace.tries.iter().enumerate() {
             let mut attributes = vec![
                 KeyValue::new("server.address", t.server.clone()),
