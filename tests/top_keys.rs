@@ -6,9 +6,11 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
+use std::time::{Duration, Instant};
 
 const TOKEN: &str = "top-secret-token";
 
@@ -22,7 +24,7 @@ routes:
   - name: api
     respond: {{ status: 200, body: "ok" }}
     limits:
-      - {{ name: per-key, key: [{{header: X-Key}}, method], limit: 1, window: 1m }}
+      - {{ name: per-key, key: [{{header: X-Key}}, method], limit: 1, window: 1h }}
       - {{ name: roomy, key: [ip], limit: 1000000, window: 1m }}
 "#,
         url = redis.url()
@@ -30,22 +32,22 @@ routes:
 }
 
 /// Sends `GET /` once with each of `keys` as X-Key, on one kept-alive
-/// connection; returns how many were answered 429.
-fn send_keys(addr: SocketAddr, keys: &[String]) -> usize {
+/// connection; returns the statuses answered, by status line.
+fn send_keys(addr: SocketAddr, keys: &[String]) -> BTreeMap<String, usize> {
     let mut stream = TcpStream::connect(addr).expect("connect");
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut denied = 0;
+    let mut statuses = BTreeMap::new();
     for key in keys {
         let head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Key: {key}\r\n\r\n");
         stream.write_all(head.as_bytes()).expect("write");
         let (status_line, length) = read_head(&mut reader).expect("a response");
         let mut body = vec![0; length];
         reader.read_exact(&mut body).expect("body");
-        if status_line.contains(" 429 ") {
-            denied += 1;
-        }
+        *statuses
+            .entry(status_line.trim_end().to_string())
+            .or_insert(0) += 1;
     }
-    denied
+    statuses
 }
 
 fn top(admin: SocketAddr, query: &str, token: Option<&str>) -> (u16, serde_json::Value) {
@@ -60,22 +62,23 @@ fn top(admin: SocketAddr, query: &str, token: Option<&str>) -> (u16, serde_json:
 }
 
 #[test]
-#[ignore = "fails under load (flake-hunt 3/3, an equality on counts); to be fixed before it runs in CI"]
 fn the_flooding_keys_come_first_within_the_error() {
     let redis = RedisServer::start();
     let env = [("TOP_TOKEN", TOKEN)];
     let sluice = Sluice::start_with_server("  admin_token_env: TOP_TOKEN\n", &body(&redis), &env);
-    // 10,000 keys twice (the second denied), and five keys 300 times each
-    // (all but the first denied), interleaved over four connections.
+    // 10,000 keys twice in a row (the second denied), and five keys every
+    // 33 keys (all but their first request denied): denials spread evenly
+    // over the run, over four connections. The limit's window (an hour)
+    // never lets a key in twice, however slow the machine.
     let mut keys: Vec<String> = Vec::new();
     for i in 0..10_000 {
-        keys.push(format!("k{i}"));
+        keys.extend([format!("k{i}"), format!("k{i}")]);
         if i % 33 == 0 {
             keys.extend((0..5).map(|f| format!("flood{f}")));
         }
     }
-    let flooded = keys.len() - 10_000;
-    keys.extend((0..10_000).map(|i| format!("k{i}")));
+    let flooded = keys.len() - 20_000;
+    let started = Instant::now();
     let chunks: Vec<Vec<String>> = keys
         .chunks(keys.len() / 4 + 1)
         .map(|c| c.to_vec())
@@ -85,16 +88,38 @@ fn the_flooding_keys_come_first_within_the_error() {
         .into_iter()
         .map(|chunk| thread::spawn(move || send_keys(addr, &chunk)))
         .collect();
-    let denied: usize = handles.into_iter().map(|h| h.join().expect("sender")).sum();
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for handle in handles {
+        for (status, count) in handle.join().expect("sender") {
+            *statuses.entry(status).or_insert(0) += count;
+        }
+    }
+    let denied = statuses
+        .get("HTTP/1.1 429 Too Many Requests")
+        .copied()
+        .unwrap_or(0);
     let per_flooder = flooded as u64 / 5;
-    assert_eq!(denied as u64, 10_000 + 5 * (per_flooder - 1));
+    assert_eq!(
+        denied as u64,
+        10_000 + 5 * (per_flooder - 1),
+        "{statuses:?}"
+    );
 
     let (status, answer) = top(sluice.admin, "route=api&limit=per-key&n=8", Some(TOKEN));
+    // The sketch reports the last 50 to 60 seconds. When the traffic fit in
+    // that (an unloaded machine sends it in seconds), its counts are held to
+    // the truth within the error; on a machine so loaded that it did not,
+    // the window holds a suffix of the run: the same five lead, and no count
+    // is over the truth by more than its error.
+    let whole_run = started.elapsed() < Duration::from_secs(45);
     assert_eq!(status, 200, "{answer}");
     let listed = answer["keys"].as_array().expect("keys");
     assert_eq!(listed.len(), 8, "{answer}");
     let total = answer["limits"][0]["denied"].as_u64().expect("denied");
-    assert_eq!(total, denied as u64, "{answer}");
+    match whole_run {
+        true => assert_eq!(total, denied as u64, "{answer}"),
+        false => assert!(total <= denied as u64 && total > 0, "{answer}"),
+    }
     let bound = answer["limits"][0]["error_bound"].as_u64().expect("bound");
     assert_eq!(bound, total / 100);
     let mut first: Vec<String> = Vec::new();
@@ -104,7 +129,10 @@ fn the_flooding_keys_come_first_within_the_error() {
             entry["error"].as_u64().unwrap(),
         );
         assert!(error <= bound, "{entry}");
-        assert!(count.abs_diff(per_flooder - 1) <= error, "{entry}");
+        match whole_run {
+            true => assert!(count.abs_diff(per_flooder - 1) <= error, "{entry}"),
+            false => assert!(count <= per_flooder - 1 + error, "{entry}"),
+        }
         assert_eq!(entry["route"], "api");
         assert_eq!(entry["limit"], "per-key");
         assert_eq!(entry["parts"]["method"], "GET", "{entry}");
@@ -148,7 +176,12 @@ fn hashed_values_stay_hashed_and_bad_questions_get_4xx() {
     let env = [("TOP_TOKEN", TOKEN)];
     let sluice = Sluice::start_with_server("  admin_token_env: TOP_TOKEN\n", &body(&redis), &env);
     let unsafe_key = "a key with spaces and {braces}".to_string();
-    assert_eq!(send_keys(sluice.addr, &[unsafe_key.clone(), unsafe_key]), 1);
+    let statuses = send_keys(sluice.addr, &[unsafe_key.clone(), unsafe_key]);
+    assert_eq!(
+        statuses.get("HTTP/1.1 429 Too Many Requests"),
+        Some(&1),
+        "{statuses:?}"
+    );
     let (status, answer) = top(sluice.admin, "route=api&limit=per-key", Some(TOKEN));
     assert_eq!(status, 200, "{answer}");
     let value = answer["keys"][0]["parts"]["header.x-key"]
