@@ -348,15 +348,19 @@ impl RequestCtx {
     /// Ends the request's trace: its spans are exported if it was sampled
     /// (or denied, with `always_sample_denied`).
     pub fn finish_trace(&mut self, req: &RequestHeader, status: u16, peer: IpAddr) {
-        let (Some(trace), Some(tracer)) = (self.trace.take(), self.state.tracer.clone()) else {
+        let (Some(trace), Some(tracer)) = (self.trace.take(), self.state.tracer.as_ref()) else {
             return;
         };
+        let verdict = self.verdict;
+        let denied = verdict.is_some_and(|v| v.label == crate::metrics::DecisionLabel::Deny);
+        if !tracer.exports(&trace, denied) {
+            return;
+        }
         let route = self.route();
         let upstream = match route.map(|r| &r.action) {
             Some(RouteAction::Upstream(u)) => self.state.upstreams.get(*u).map(|u| u.name()),
             _ => None,
         };
-        let verdict = self.verdict;
         let client = self
             .client
             .unwrap_or_else(|| policy::client_ip(&self.state, req, peer));
@@ -372,9 +376,8 @@ impl RequestCtx {
                 .and_then(|v| v.limit)
                 .zip(route)
                 .map(|(i, r)| r.limits[i].config.name.as_str()),
-            denied: verdict.is_some_and(|v| v.label == crate::metrics::DecisionLabel::Deny),
         };
-        tracer.finish(trace, &ending);
+        tracer.export(&trace, &ending);
     }
 
     /// The access-log line of this request (`req` from `peer`), which

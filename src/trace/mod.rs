@@ -106,8 +106,6 @@ pub struct Ending<'a> {
     pub decision: Option<&'static str>,
     /// The limit that denied (or would have).
     pub limit: Option<&'a str>,
-    /// The limit denied it.
-    pub denied: bool,
 }
 
 impl Tracer {
@@ -149,7 +147,7 @@ impl Tracer {
         };
         RequestTrace {
             trace_id,
-            span_id: self.span_id(),
+            span_id: new_span_id(),
             parent,
             sampled,
             tracestate,
@@ -179,20 +177,17 @@ impl Tracer {
         ((trace_id as u64) >> 1) < bound
     }
 
-    fn span_id(&self) -> u64 {
-        new_span_id()
+    /// Whether the request's spans are exported: it was sampled, or it was
+    /// `denied` with `always_sample_denied` (within [`DENIED_PER_SECOND`]).
+    /// Asked before anything is built for them.
+    pub fn exports(&self, trace: &RequestTrace, denied: bool) -> bool {
+        let denied = denied && self.config.always_sample_denied;
+        trace.sampled || (denied && self.denied_allowed())
     }
 
-    /// Exports the request's spans if it was sampled, or denied with
-    /// `always_sample_denied`.
-    pub fn finish(&self, trace: RequestTrace, ending: &Ending<'_>) {
-        let denied = ending.denied && self.config.always_sample_denied;
-        let exported = trace.sampled || (denied && self.denied_allowed());
-        if !exported {
-            return;
-        }
-        let spans = self.spans(&trace, ending);
-        self.exporter.send(spans);
+    /// Builds the request's spans and queues them for export.
+    pub fn export(&self, trace: &RequestTrace, ending: &Ending<'_>) {
+        self.exporter.send(self.spans(trace, ending));
     }
 
     fn spans(&self, trace: &RequestTrace, ending: &Ending<'_>) -> Vec<SpanData> {
@@ -220,12 +215,14 @@ impl Tracer {
         let root = (trace.span_id, trace.parent.unwrap_or(0));
         let mut spans = vec![self.span(
             trace,
-            root,
-            SpanKind::Server,
-            name,
-            (trace.wall, at(end)),
-            server,
-            status,
+            Shape {
+                ids: root,
+                kind: SpanKind::Server,
+                name,
+                times: (trace.wall, at(end)),
+                attributes: server,
+                status,
+            },
         )];
         if let Some(d) = &trace.decision {
             let attributes = vec![
@@ -234,17 +231,17 @@ impl Tracer {
                 KeyValue::new("sluice.limit.algorithm", d.algorithm),
                 KeyValue::new("sluice.limit.keys", d.keys as i64),
             ];
-            let ids = (self.span_id(), trace.span_id);
+            let ids = (new_span_id(), trace.span_id);
             let times = (at(d.start), at(d.end));
-            spans.push(self.span(
-                trace,
+            let shape = Shape {
                 ids,
-                SpanKind::Internal,
-                "sluice.limit".into(),
+                kind: SpanKind::Internal,
+                name: "sluice.limit".into(),
                 times,
                 attributes,
-                Status::Unset,
-            ));
+                status: Status::Unset,
+            };
+            spans.push(self.span(trace, shape));
         }
         spans.extend(self.try_spans(trace, ending, end));
         spans
@@ -276,30 +273,34 @@ impl Tracer {
             };
             let name = format!("upstream {}", ending.upstream.unwrap_or(""));
             let times = (at(t.start), at(t.end.unwrap_or(end)));
+            let ids = (t.span_id, trace.span_id);
+            let kind = SpanKind::Client;
             spans.push(self.span(
                 trace,
-                (t.span_id, trace.span_id),
-                SpanKind::Client,
-                name,
-                times,
-                attributes,
-                status,
+                Shape {
+                    ids,
+                    kind,
+                    name,
+                    times,
+                    attributes,
+                    status,
+                },
             ));
         }
         spans
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn span(
-        &self,
-        trace: &RequestTrace,
-        (span_id, parent): (u64, u64),
-        span_kind: SpanKind,
-        name: String,
-        (start_time, end_time): (SystemTime, SystemTime),
-        attributes: Vec<KeyValue>,
-        status: Status,
-    ) -> SpanData {
+    /// One span of `trace`, shaped by `shape`.
+    fn span(&self, trace: &RequestTrace, shape: Shape) -> SpanData {
+        let Shape {
+            ids: (span_id, parent),
+            kind: span_kind,
+            name,
+            times,
+            attributes,
+            status,
+        } = shape;
+        let (start_time, end_time) = times;
         let state = trace
             .tracestate
             .as_ref()
@@ -326,6 +327,17 @@ impl Tracer {
             instrumentation_scope: self.scope.clone(),
         }
     }
+}
+
+/// What tells one span of a request from another.
+struct Shape {
+    /// Its ID and its parent's (0: none).
+    ids: (u64, u64),
+    kind: SpanKind,
+    name: String,
+    times: (SystemTime, SystemTime),
+    attributes: Vec<KeyValue>,
+    status: Status,
 }
 
 /// A random span ID (never zero).
