@@ -26,6 +26,7 @@ use crate::identity::{Claims, HeaderValues, User};
 use crate::key_failures;
 use crate::keys::query_value;
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
+use crate::limiter::batch_size;
 use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
@@ -598,10 +599,17 @@ pub async fn judge<'a>(
     }
     let mut checks = checks(route, &keys);
     let permits = wait_permits(state, route, &keys, &mut checks);
-    // Timed only for a trace: two clock readings saved on every request.
-    let asked = state.tracer.as_ref().map(|_| Instant::now());
-    let outcome = state.decider.decide(&checks).await;
-    report.decided = asked.map(|at| decision_span(state, route, &keys, &outcome, at));
+    // Timed and its batch observed only for a trace: nothing added to a
+    // request when tracing is off.
+    let outcome = if state.tracer.is_some() {
+        let asked = Instant::now();
+        let (outcome, batch) = batch_size::observed(state.decider.decide(&checks)).await;
+        let span = decision_span(state, route, &keys, &outcome, asked);
+        report.decided = Some(DecisionSpan { batch, ..span });
+        outcome
+    } else {
+        state.decider.decide(&checks).await
+    };
     drop(checks);
     count_decisions(route, &keys, &outcome);
     report.rate = rate_entries(route, &keys, &outcome.decisions);
@@ -638,6 +646,7 @@ fn decision_span(
         source: outcome.source.label(),
         algorithm: named.map_or("", |k| route.limits[k.index].config.algorithm.name()),
         keys: keys.len(),
+        batch: None,
     }
 }
 

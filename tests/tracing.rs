@@ -230,6 +230,11 @@ fn allowed_denied_and_failed_requests_are_traced_with_their_children() {
         attribute(limit, "sluice.limit.algorithm").as_deref(),
         Some("sliding_log")
     );
+    // Alone on the gateway, its decision went to Redis in a batch of one.
+    assert_eq!(
+        attribute(limit, "sluice.limiter.batch_size").as_deref(),
+        Some("1")
+    );
     let client = kind(&spans, SpanKind::Client);
     assert_eq!(client.len(), 1, "{spans:?}");
     assert_eq!(client[0].parent_span_id, server.span_id);
@@ -330,4 +335,37 @@ fn a_collector_that_is_down_slows_nothing_and_drops_are_counted() {
         || metric_value(&sluice.metrics(), "sluice_tracing_dropped_total") >= 60,
     );
     assert_eq!(upstream.hits(), 20);
+}
+
+#[test]
+fn decisions_queued_behind_a_slow_redis_say_which_batch_they_shared() {
+    let (redis, upstream, receiver) = (RedisServer::start(), Upstream::start(), Receiver::start());
+    let sluice = Sluice::start(&config(&redis, &upstream, receiver.addr, "1.0"));
+    // Redis holds the first decision for a second; those that come
+    // meanwhile queue behind it and go to Redis together.
+    redis.pause_clients(1000);
+    let addr = sluice.addr;
+    let statuses = concurrent(9, move |i| {
+        get(addr, "/pay", &[("X-Key", &format!("queued-{i}"))])
+    });
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let batches = || -> Vec<i64> {
+        receiver
+            .spans()
+            .iter()
+            .filter(|(_, s)| s.name == "sluice.limit")
+            .filter_map(|(_, s)| attribute(s, "sluice.limiter.batch_size")?.parse().ok())
+            .collect()
+    };
+    wait_until(Duration::from_secs(15), "nine limit spans", || {
+        batches().len() == 9
+    });
+    let batches = batches();
+    assert!(batches.iter().all(|&b| (1..=9).contains(&b)), "{batches:?}");
+    assert!(batches.iter().any(|&b| b >= 2), "{batches:?}");
+    // A batch of n is reported by each of its n decisions.
+    for &size in &batches {
+        let sharing = batches.iter().filter(|&&b| b == size).count() as i64;
+        assert_eq!(sharing % size, 0, "{batches:?}");
+    }
 }

@@ -5,6 +5,7 @@
 //! [`Decider`] puts a primary limiter (Redis or in-process) together with the
 //! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
 
+pub mod batch_size;
 pub mod circuit;
 pub mod cluster;
 pub mod deny_cache;

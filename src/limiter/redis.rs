@@ -29,6 +29,7 @@
 //! none fails because another member of its batch ran out of budget, and the
 //! timers cost one per distinct deadline wave instead of one per request.
 
+use super::batch_size;
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::leases::{Lease, MAX_RENEWALS};
@@ -131,14 +132,19 @@ struct Queued {
     /// When its budget runs out.
     deadline: Instant,
     /// Taken when it is answered (by its reply, or at its deadline).
-    reply: Option<oneshot::Sender<Result<Vec<i64>, LimiterError>>>,
+    reply: Option<oneshot::Sender<Answer>>,
+    /// The decisions sent in the same round trip (0 until it is sent).
+    batch: usize,
 }
+
+/// A decision's reply, and the size of the batch it went in (0: never sent).
+type Answer = (Result<Vec<i64>, LimiterError>, usize);
 
 impl Queued {
     /// Answers the decision, unless it already was.
     fn answer(&mut self, result: Result<Vec<i64>, LimiterError>) {
         if let Some(reply) = self.reply.take() {
-            let _ = reply.send(result);
+            let _ = reply.send((result, self.batch));
         }
     }
 }
@@ -435,6 +441,7 @@ impl RedisLimiter {
                 args,
                 deadline,
                 reply: Some(reply),
+                batch: 0,
             });
             !std::mem::replace(&mut queue.flushing, true)
         };
@@ -442,9 +449,13 @@ impl RedisLimiter {
             let this = self.clone();
             tokio::spawn(async move { this.flush_loop(conn).await });
         }
-        receive
-            .await
-            .unwrap_or_else(|_| Err(LimiterError::Io("connection closed".into())))
+        match receive.await {
+            Ok((result, batch)) => {
+                batch_size::note(batch);
+                result
+            }
+            Err(_) => Err(LimiterError::Io("connection closed".into())),
+        }
     }
 
     /// Sends queued decisions, one pipeline at a time, until the queue is empty.
@@ -485,6 +496,10 @@ impl RedisLimiter {
         let Some(deadline) = batch.iter().map(|q| q.deadline).max() else {
             return;
         };
+        let size = batch.len();
+        for queued in &mut batch {
+            queued.batch = size;
+        }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut chunks = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));

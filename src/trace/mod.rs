@@ -57,6 +57,10 @@ pub struct DecisionSpan {
     pub algorithm: &'static str,
     /// The limit keys decided together.
     pub keys: usize,
+    /// The decisions sent to Redis in the same round trip as this one;
+    /// `None` when Redis was not asked (local backend, deny cache, failure
+    /// policy).
+    pub batch: Option<usize>,
 }
 
 /// One try at the upstream.
@@ -225,12 +229,15 @@ impl Tracer {
             },
         )];
         if let Some(d) = &trace.decision {
-            let attributes = vec![
+            let mut attributes = vec![
                 KeyValue::new("sluice.limiter.backend", d.backend),
                 KeyValue::new("sluice.limiter.source", d.source),
                 KeyValue::new("sluice.limit.algorithm", d.algorithm),
                 KeyValue::new("sluice.limit.keys", d.keys as i64),
             ];
+            if let Some(batch) = d.batch {
+                attributes.push(KeyValue::new("sluice.limiter.batch_size", batch as i64));
+            }
             let ids = (new_span_id(), trace.span_id);
             let times = (at(d.start), at(d.end));
             let shape = Shape {
