@@ -25,7 +25,7 @@ pub fn choose(
     let (mut chosen, name) = upstream.select(&key, &ctx.tried)?;
     ctx.attempts += 1;
     if let Some(trace) = ctx.trace.as_mut() {
-        trace.upstream_try(chosen._address.to_string());
+        trace.upstream_try(&chosen._address);
     }
     if ctx.attempts > 1 {
         if let Some(route) = ctx.route() {

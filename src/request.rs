@@ -13,6 +13,9 @@ use pingora::http::RequestHeader;
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+/// `tracestate`, parsed once (a `&str` name is parsed on every lookup).
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 /// What the gateway works with instead of the target as received: the
 /// canonical path and host, and what to send upstream instead.
 #[derive(Debug)]
@@ -155,7 +158,7 @@ pub struct UpstreamRewrite<'a> {
     pub edits: Option<(&'a HeaderEdits, Values<'a>)>,
     /// With tracing: the `traceparent` to send (this trace, the upstream
     /// try's span) and the caller's `tracestate`, replacing any sent.
-    pub trace: Option<(String, Option<&'a HeaderValue>)>,
+    pub trace: Option<(HeaderValue, Option<&'a HeaderValue>)>,
 }
 
 /// How a request is named in the error log: its method, its path without
@@ -215,7 +218,11 @@ impl UpstreamRewrite<'_> {
             req.insert_header("traceparent", traceparent)?;
             match tracestate {
                 Some(state) => req.insert_header("tracestate", state.clone())?,
-                None => drop(req.remove_header("tracestate")),
+                // A lookup first: removing costs a search of both header maps.
+                None if req.headers.contains_key(&TRACESTATE) => {
+                    drop(req.remove_header(&TRACESTATE))
+                }
+                None => {}
             }
         }
         Ok(())

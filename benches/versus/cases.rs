@@ -376,7 +376,7 @@ impl SluiceRun<'_> {
 /// The run's OTLP collector: a thread of this process answering every
 /// post `200` without decoding it (what a collector costs is not sluice's);
 /// started once.
-fn otlp_sink() -> SocketAddr {
+pub fn otlp_sink() -> SocketAddr {
     static SINK: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
     *SINK.get_or_init(|| {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the OTLP sink");

@@ -10,6 +10,7 @@
 //!   cargo bench --bench versus -- --parts edge      # TLS and HTTP/2 only
 //!   cargo bench --bench versus -- --parts rls       # the rate-limit service
 //!   cargo bench --bench versus -- --parts redis     # decisions per Redis core
+//!   cargo bench --bench versus -- --parts tracing   # tracing's cost, in instructions
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -51,7 +52,8 @@
 //! gateway's own decision, on one Redis ([`rls`]); and (`--parts redis`)
 //! how many decisions one Redis core makes, sluice's algorithms against the
 //! seed's script, envoyproxy/ratelimit's commands and the `INCR` floor
-//! ([`capacity`]).
+//! ([`capacity`]); and (`--parts tracing`) what tracing costs a request,
+//! counted in instructions under Callgrind ([`instructions`]).
 //!
 //! The harness by job: [`options`] (clap), [`cases`] (what is started),
 //! [`load`] (one wrk run), [`paced`] (the open-loop client), [`report`]
@@ -67,6 +69,7 @@ mod bare;
 mod capacity;
 mod cases;
 mod edge;
+mod instructions;
 mod load;
 mod options;
 mod paced;
@@ -158,6 +161,13 @@ fn run(options: &Options) {
         let section = capacity::run(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "capacity", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("tracing") {
+        let section = instructions::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "tracing", &section);
         }
         report.push_str(&section);
     }

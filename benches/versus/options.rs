@@ -22,9 +22,11 @@ pub struct Options {
     pub scenarios: Vec<String>,
     /// Parts to run, comma-separated: `limits` (the limiters side by side
     /// on plain HTTP/1.1), `edge` (TLS and HTTP/2 against nginx), `rls`
-    /// (the rate-limit service against the gateway's own decision) and
-    /// `redis` (decisions per Redis core, against other limiters' commands).
-    #[arg(long, value_delimiter = ',', default_values_t = PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
+    /// (the rate-limit service against the gateway's own decision), `redis`
+    /// (decisions per Redis core, against other limiters' commands) and
+    /// `tracing` (what tracing costs a request, in instructions, under
+    /// Callgrind; not run unless named).
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
     pub parts: Vec<String>,
     /// Pinned topology: each server under test on core 0, and Redis, the
     /// upstream and the load client on core 1 (`taskset`), so that a
@@ -55,7 +57,11 @@ pub struct Options {
 }
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
+pub const PARTS: [&str; 5] = ["limits", "edge", "rls", "redis", "tracing"];
+
+/// The parts run when `--parts` is not given (all but `tracing`, which
+/// needs valgrind and runs the gateway fifty times slower).
+const DEFAULT_PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
 
 impl Options {
     /// Whether `--parts` names `part`.

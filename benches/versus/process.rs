@@ -101,12 +101,18 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 
 /// User + system CPU time of `pid` (all its threads), in clock ticks.
 pub fn cpu_ticks(pid: u32) -> u64 {
+    let (user, system) = user_and_system_ticks(pid);
+    user + system
+}
+
+/// User and system CPU time of `pid` (all its threads), in clock ticks.
+pub fn user_and_system_ticks(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat: 12 and 13 after the ')'.
     let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    field(11).unwrap_or(0) + field(12).unwrap_or(0)
+    (field(11).unwrap_or(0), field(12).unwrap_or(0))
 }
 
 /// CPUs online on the machine (not this process's affinity, which

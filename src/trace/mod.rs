@@ -20,6 +20,7 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
 use pingora::http::RequestHeader;
+use pingora::protocols::l4::socket::SocketAddr as PeerAddress;
 use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 use std::time::{Instant, SystemTime};
@@ -67,7 +68,8 @@ pub struct DecisionSpan {
 #[derive(Debug, Clone)]
 struct Try {
     span_id: u64,
-    server: String,
+    /// Written out only if the trace is exported.
+    server: PeerAddress,
     start: Instant,
     end: Option<Instant>,
     status: Option<u16>,
@@ -260,7 +262,7 @@ impl Tracer {
         let mut spans = Vec::with_capacity(trace.tries.len());
         for (i, t) in trace.tries.iter().enumerate() {
             let mut attributes = vec![
-                KeyValue::new("server.address", t.server.clone()),
+                KeyValue::new("server.address", t.server.to_string()),
                 KeyValue::new("sluice.attempt", i as i64 + 1),
             ];
             if let Some(upstream) = ending.upstream {
@@ -359,7 +361,7 @@ fn error(status: u16) -> Status {
 impl RequestTrace {
     /// The `traceparent` the upstream gets: this trace, with the current
     /// upstream try's span as the parent.
-    pub fn upstream_traceparent(&self) -> String {
+    pub fn upstream_traceparent(&self) -> HeaderValue {
         let span = self.tries.last().map_or(self.span_id, |t| t.span_id);
         context::traceparent(self.trace_id, span, self.sampled)
     }
@@ -371,11 +373,13 @@ impl RequestTrace {
 
     /// The trace ID as logs write it (32 hex digits).
     pub fn trace_id_hex(&self) -> String {
-        format!("{:032x}", self.trace_id)
+        let mut hex = [0; 32];
+        context::write_hex(&mut hex, &self.trace_id.to_be_bytes());
+        String::from_utf8_lossy(&hex).into_owned()
     }
 
     /// A new try at `server` begins (the one before it, if any, ended).
-    pub fn upstream_try(&mut self, server: String) {
+    pub fn upstream_try(&mut self, server: &PeerAddress) {
         let now = Instant::now();
         if let Some(last) = self.tries.last_mut() {
             last.end.get_or_insert(now);
@@ -383,7 +387,7 @@ impl RequestTrace {
         let span_id = new_span_id();
         self.tries.push(Try {
             span_id,
-            server,
+            server: server.clone(),
             start: now,
             end: None,
             status: None,
