@@ -604,8 +604,7 @@ pub async fn judge<'a>(
     let outcome = if state.tracer.is_some() {
         let asked = Instant::now();
         let (outcome, batch) = batch_size::observed(state.decider.decide(&checks)).await;
-        let span = decision_span(state, route, &keys, &outcome, asked);
-        report.decided = Some(DecisionSpan { batch, ..span });
+        report.decided = Some(decision_span(state, route, &keys, &outcome, (asked, batch)));
         outcome
     } else {
         state.decider.decide(&checks).await
@@ -620,14 +619,14 @@ pub async fn judge<'a>(
 }
 
 /// The decision for the request's trace: when it was `asked` and answered,
-/// by whom, with the algorithm of its first limit (the denying one when
-/// it was denied).
+/// by whom, in a Redis batch of what size, with the algorithm of its first
+/// limit (the denying one when it was denied).
 fn decision_span(
     state: &GatewayState,
     route: &CompiledRoute,
     keys: &[Keyed],
     outcome: &Outcome,
-    asked: Instant,
+    (asked, batch): (Instant, Option<usize>),
 ) -> DecisionSpan {
     let named = keys
         .iter()
@@ -646,7 +645,7 @@ fn decision_span(
         source: outcome.source.label(),
         algorithm: named.map_or("", |k| route.limits[k.index].config.algorithm.name()),
         keys: keys.len(),
-        batch: None,
+        batch,
     }
 }
 
