@@ -543,17 +543,7 @@ mod tests {
                 bounds: Default::default(),
             },
         ] {
-            let check = LimitCheck {
-                key: "k",
-                limit: 1,
-                window: lease,
-                cost: 1,
-                algorithm,
-                shadow: false,
-                block: Duration::ZERO,
-                deferred: false,
-                max_delay: Duration::ZERO,
-            };
+            let check = LimitCheck::plain("k", 1, lease, algorithm);
             let mut args: Vec<Vec<u8>> = Vec::new();
             push_args(&mut args, &[check], "m-1", Mode::Take);
             let code: usize = std::str::from_utf8(&args[3]).unwrap().parse().unwrap();
