@@ -3,6 +3,7 @@
 //! `/v1/top` (see `top`), and the consumers API,
 //! `/v1/consumers/…` (see `consumer_api`).
 
+use crate::limiter::Readiness;
 use crate::metrics::Metrics;
 use crate::state::SharedState;
 use async_trait::async_trait;
@@ -84,14 +85,7 @@ impl ServeHttp for AdminApp {
                 )
             }
             "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
-            "/readyz" if self.state.load().decider.is_ready() => {
-                text(StatusCode::OK, plain, b"ready\n".to_vec())
-            }
-            "/readyz" => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                plain,
-                b"not ready: Redis is unreachable and on_error is deny\n".to_vec(),
-            ),
+            "/readyz" => readyz(self.state.load().decider.readiness()),
             _ => text(
                 StatusCode::NOT_FOUND,
                 plain,
@@ -99,6 +93,24 @@ impl ServeHttp for AdminApp {
             ),
         }
     }
+}
+
+/// `/readyz`: 200 when ready (saying what decides if Redis is not there),
+/// 503 with the reason when not.
+fn readyz(readiness: Readiness) -> Response<Vec<u8>> {
+    let plain = "text/plain; charset=utf-8";
+    let (status, body) = match readiness {
+        Readiness::Ready => (StatusCode::OK, "ready\n".to_string()),
+        Readiness::Degraded(why) => (
+            StatusCode::OK,
+            format!("ready: Redis is unreachable, {why}\n"),
+        ),
+        Readiness::NotReady(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    };
+    text(status, plain, body.into_bytes())
 }
 
 /// The largest body the consumers API reads.

@@ -53,4 +53,5 @@ pub mod top_keys;
 pub mod trace;
 pub mod upstream;
 pub mod usage;
+pub mod warm_up;
 pub mod watch;

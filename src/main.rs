@@ -19,6 +19,7 @@ use sluice::proxy::Gateway;
 use sluice::reload::Reloader;
 use sluice::rls::server::RlsListener;
 use sluice::state::{GatewayState, SharedState};
+use sluice::warm_up::LimiterWarmUp;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -176,11 +177,21 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     // --daemon parent it may exit) runs as a service, after daemonizing:
     // the listeners start once it is done.
     let bootstrap = server.bootstrap_as_a_service();
+    // The limiter connects to Redis (within its connect budget) before the
+    // proxy's and the rate-limit service's listeners accept: the first
+    // request is decided by Redis, not by a fallback.
+    let warm_up = server.add_service(background_service(
+        "sluice limiter connect",
+        LimiterWarmUp::new(Arc::clone(&state)),
+    ));
+    warm_up.add_dependency(&bootstrap);
 
     let (proxy, mut listening) = proxy_service(&server, &state, &metrics)?;
     if let Some((addr, bound)) = rls_listener {
         let rls = RlsListener::new(addr.clone(), bound, threads, Arc::clone(&state), &metrics);
-        server.add_service(rls).add_dependency(&bootstrap);
+        let rls = server.add_service(rls);
+        rls.add_dependency(&bootstrap);
+        rls.add_dependency(&warm_up);
         if !listening.is_empty() {
             listening.push_str(", ");
         }
@@ -192,7 +203,9 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     );
     admin.add_tcp(&admin_addr);
     admin.threads = Some(1);
-    server.add_service(proxy).add_dependency(&bootstrap);
+    let proxy = server.add_service(proxy);
+    proxy.add_dependency(&bootstrap);
+    proxy.add_dependency(&warm_up);
     server.add_service(admin).add_dependency(&bootstrap);
     server.add_service(background_service("sluice reload", reloader));
     server.add_service(background_service("sluice fast stop", fast_stop));

@@ -172,8 +172,7 @@ fn conformance(
                 cluster: Vec::new(),
                 timeout: Duration::from_millis(500),
                 key_prefix: "sluice:".into(),
-                tls: Default::default(),
-                sentinel: None,
+                ..Default::default()
             },
             Arc::new(metrics.redis.clone()),
         )

@@ -62,8 +62,7 @@ fn redis_clock_picks_the_period_whatever_the_gateway_clock_says() {
             cluster: Vec::new(),
             timeout: Duration::from_secs(2),
             key_prefix: "sluice:".into(),
-            tls: Default::default(),
-            sentinel: None,
+            ..Default::default()
         },
         Arc::new(metrics.redis.clone()),
     )

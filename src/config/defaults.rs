@@ -81,6 +81,7 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379/0".into(),
             cluster: Vec::new(),
             timeout: Duration::from_millis(20),
+            connect_timeout: Duration::from_secs(1),
             key_prefix: "sluice:".into(),
             tls: Default::default(),
             sentinel: None,

@@ -232,6 +232,7 @@ pub struct RedisFile {
     #[serde(default)]
     pub cluster: Vec<String>,
     pub timeout: Option<String>,
+    pub connect_timeout: Option<String>,
     pub key_prefix: Option<String>,
     pub tls: Option<RedisTlsFile>,
     pub sentinel: Option<SentinelFile>,

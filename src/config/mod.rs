@@ -244,8 +244,13 @@ pub struct RedisConfig {
     pub url: String,
     /// Seed node URLs of a Redis Cluster; non-empty selects cluster mode.
     pub cluster: Vec<String>,
-    /// Budget for one decision, connect included (> 0).
+    /// Budget for one decision once connected (> 0).
     pub timeout: Duration,
+    /// Budget for connecting (and loading the decide code) (> 0): the
+    /// start waits this long for Redis before the listeners accept, and a
+    /// decision made while the first connect is still running waits for it
+    /// this long instead of falling back within `timeout`.
+    pub connect_timeout: Duration,
     /// Prefix of every counter key; contains no `{` or `}`.
     pub key_prefix: String,
     /// TLS settings for `rediss://` (read when the config loads).

@@ -30,8 +30,8 @@ use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
 use super::leases::Lease;
 use super::redis::RedisLimiter;
-use super::wire::{self, parse_reply, push_args, Mode, CONNECT_TIMEOUT, DECIDE_SCRIPT};
-use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
+use super::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
+use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use crate::config::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};
 use async_trait::async_trait;
@@ -63,6 +63,8 @@ pub struct Shared {
     /// `limiter.redis.tls`, for node connections over TLS.
     tls: RedisTlsConfig,
     budget: Duration,
+    /// How long connecting (and loading the decide code) may take.
+    connect_timeout: Duration,
     script: redis::Script,
     connection: LazyConnection<ClusterConnection>,
     slots: RwLock<Vec<SlotRange>>,
@@ -88,11 +90,12 @@ struct SlotRange {
 }
 
 impl ClusterLimiter {
-    /// Prepares a cluster client for the seed `nodes`; connects nothing yet.
+    /// Prepares a cluster client for the seed `nodes`, each decision within
+    /// `budget` and each connect within `connect_timeout`; connects nothing yet.
     pub fn new(
         nodes: &[String],
         tls: &RedisTlsConfig,
-        budget: Duration,
+        (budget, connect_timeout): (Duration, Duration),
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
         use redis::IntoConnectionInfo;
@@ -104,7 +107,7 @@ impl ClusterLimiter {
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster node: {e}")))?;
         wire::ensure_tls_provider();
         let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
-            .connection_timeout(CONNECT_TIMEOUT)
+            .connection_timeout(connect_timeout)
             .response_timeout(budget.max(Duration::from_millis(100)))
             .retries(1)
             .tcp_settings(wire::no_delay());
@@ -119,6 +122,7 @@ impl ClusterLimiter {
             seed,
             tls: tls.clone(),
             budget,
+            connect_timeout,
             script: redis::Script::new(DECIDE_SCRIPT),
             connection: LazyConnection::new(),
             slots: RwLock::new(Vec::new()),
@@ -162,7 +166,7 @@ impl ClusterLimiter {
         let limiter = RedisLimiter::for_cluster_node(
             info,
             &self.tls,
-            self.budget,
+            (self.budget, self.connect_timeout),
             &format!("node {node}"),
             Arc::clone(&self.observer),
         )
@@ -198,15 +202,18 @@ impl ClusterLimiter {
         let this = self.clone();
         self.connection
             .get(move || {
-                tokio::spawn(async move { this.connect().await });
+                tokio::spawn(async move { this.dial().await });
             })
             .await
             .ok_or_else(|| LimiterError::Io("cannot connect to the Redis Cluster".into()))
     }
 
-    async fn connect(self) {
+    /// One connect attempt (and the slot map), ended with
+    /// [`LazyConnection::finish`].
+    async fn dial(self) {
+        let connect_timeout = self.connect_timeout;
         let conn =
-            match tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_connection()).await {
+            match tokio::time::timeout(connect_timeout, self.client.get_async_connection()).await {
                 Ok(Ok(mut conn)) => {
                     log::info!("connected to the Redis Cluster");
                     self.refresh_slots(&mut conn).await;
@@ -217,7 +224,7 @@ impl ClusterLimiter {
                     None
                 }
                 Err(_) => {
-                    log::debug!("cannot connect to the Redis Cluster within {CONNECT_TIMEOUT:?}");
+                    log::debug!("cannot connect to the Redis Cluster within {connect_timeout:?}");
                     None
                 }
             };
@@ -227,7 +234,7 @@ impl ClusterLimiter {
     /// Reloads the slot → primary map from `CLUSTER SLOTS`.
     async fn refresh_slots(&self, conn: &mut ClusterConnection) {
         let reply = tokio::time::timeout(
-            CONNECT_TIMEOUT,
+            self.connect_timeout,
             redis::cmd("CLUSTER")
                 .arg("SLOTS")
                 .query_async::<redis::Value>(conn),
@@ -263,7 +270,7 @@ impl ClusterLimiter {
         Arc::clone(
             circuits
                 .entry(node.to_string())
-                .or_insert_with(|| Arc::new(wire::circuit_for(self.budget))),
+                .or_insert_with(|| Arc::new(wire::circuit_for(self.budget, self.connect_timeout))),
         )
     }
 
@@ -324,7 +331,7 @@ impl ClusterLimiter {
                     deferred: t.deferred,
                     max_delay: t.max_delay,
                 };
-                let deadline = Instant::now() + CONNECT_TIMEOUT;
+                let deadline = Instant::now() + this.connect_timeout;
                 let mode = Mode::Refund { taken_us: t.at_us };
                 if this
                     .call(&conn, &check, &member, mode, deadline)
@@ -431,16 +438,61 @@ struct Taken {
 
 #[async_trait]
 impl Limiter for ClusterLimiter {
+    /// Connects to the cluster (and reads its slot map), then to every
+    /// primary the map names, loading the decide code on each; all within
+    /// the connect budget.
+    async fn connect(&self) -> Result<(), LimiterError> {
+        let within = self.connect_timeout;
+        tokio::time::timeout(within, self.connection())
+            .await
+            .unwrap_or(Err(LimiterError::Timeout(within)))?;
+        let primaries: Vec<String> = {
+            let slots = self.slots.read_locked();
+            let mut nodes: Vec<String> = slots.iter().map(|r| r.node.clone()).collect();
+            nodes.sort();
+            nodes.dedup();
+            nodes
+        };
+        let mut connects = tokio::task::JoinSet::new();
+        for node in primaries.iter().filter_map(|node| self.node_limiter(node)) {
+            connects.spawn(async move { node.connect().await });
+        }
+        let mut result = Ok(());
+        while let Some(joined) = connects.join_next().await {
+            if let Ok(Err(e)) = joined {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Connected once the cluster connection is (a primary that is not
+    /// only sends its keys to `on_error`, as its circuit says).
+    fn link(&self) -> Link {
+        if self.current().is_some() {
+            Link::Connected
+        } else if self.connection.attempted() {
+            Link::Unreachable
+        } else {
+            Link::Starting
+        }
+    }
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],
         member: &str,
     ) -> Result<Vec<Decision>, LimiterError> {
         let started = Instant::now();
-        let deadline = started + self.budget;
-        if self.slots.read_locked().is_empty() {
-            // The map comes with the first connection: wait for it (within
-            // the budget) rather than send the first decisions one by one.
+        let mut deadline = started + self.budget;
+        if !self.connection.attempted() {
+            // The first connect is running (the start): its map is waited
+            // for within the connect budget, and the decision's own budget
+            // starts then, rather than falling back meanwhile.
+            let _ = tokio::time::timeout(self.connect_timeout, self.connection()).await;
+            deadline = deadline.max(Instant::now() + self.budget);
+        } else if self.slots.read_locked().is_empty() {
+            // The map comes with a connection: wait for it (within the
+            // budget) rather than send the first decisions one by one.
             let _ = tokio::time::timeout_at(deadline.into(), self.connection()).await;
         }
         if let Some(node) = self.single_node(checks) {

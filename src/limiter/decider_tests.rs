@@ -18,6 +18,8 @@ struct Fake {
     deny_for: Mutex<Option<Duration>>,
     calls: AtomicUsize,
     unhealthy: AtomicBool,
+    /// Where its connection stands (`None`: connected).
+    link: Mutex<Option<Link>>,
     fallbacks: Mutex<Vec<(String, bool)>>,
 }
 
@@ -62,6 +64,10 @@ impl Limiter for Fake {
 
     fn is_healthy(&self) -> bool {
         !self.unhealthy.load(Ordering::Relaxed)
+    }
+
+    fn link(&self) -> Link {
+        self.link.locked().unwrap_or(Link::Connected)
     }
 
     fn note_fallback(&self, member: &str, admitted: bool) {
@@ -158,6 +164,28 @@ fn readiness_fails_only_when_decisions_would_fail_closed() {
         assert!(decider.is_ready());
         fake.unhealthy.store(true, Ordering::Relaxed);
         assert_eq!(decider.is_ready(), ready_when_down, "{policy}");
+    }
+}
+
+/// Not ready while the first connect runs, whatever `on_error` says; once
+/// it failed, ready as `on_error` allows, saying what decides meanwhile.
+#[test]
+fn readiness_waits_for_the_first_connect() {
+    for (policy, ready_when_unreachable) in [("deny", false), ("allow", true), ("local", true)] {
+        let (decider, fake) = decider(&format!("  on_error: {policy}\n"));
+        *fake.link.locked() = Some(Link::Starting);
+        assert_eq!(
+            decider.readiness(),
+            Readiness::NotReady("connecting to Redis"),
+            "{policy}"
+        );
+        *fake.link.locked() = Some(Link::Unreachable);
+        assert_eq!(decider.is_ready(), ready_when_unreachable, "{policy}");
+        if ready_when_unreachable {
+            assert!(matches!(decider.readiness(), Readiness::Degraded(_)));
+        }
+        *fake.link.locked() = Some(Link::Connected);
+        assert_eq!(decider.readiness(), Readiness::Ready, "{policy}");
     }
 }
 

@@ -4,6 +4,10 @@
 //! for it; the caller's own timeout bounds the wait while the connect goes on,
 //! so a slow connect never holds a request past its budget and never runs
 //! twice at once. Used by the standalone and the cluster Redis backends.
+//!
+//! The slot also remembers whether a connect attempt has ever ended: until
+//! then the backend is still starting, and a decision may wait for the
+//! connect (within the connect budget) instead of falling back.
 
 use crate::sync::ReadWriteLocked;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +18,8 @@ use tokio::sync::Notify;
 pub(super) struct LazyConnection<C> {
     slot: RwLock<Option<C>>,
     connecting: AtomicBool,
+    /// Whether any connect attempt has ended (succeeded or failed).
+    attempted: AtomicBool,
     done: Notify,
 }
 
@@ -23,6 +29,7 @@ impl<C: Clone> LazyConnection<C> {
         Self {
             slot: RwLock::new(None),
             connecting: AtomicBool::new(false),
+            attempted: AtomicBool::new(false),
             done: Notify::new(),
         }
     }
@@ -30,6 +37,12 @@ impl<C: Clone> LazyConnection<C> {
     /// The connection, if one is established.
     pub(super) fn current(&self) -> Option<C> {
         self.slot.read_locked().clone()
+    }
+
+    /// Whether a connect attempt has ever ended, in success or failure:
+    /// false while the first one is still running (or none has started).
+    pub(super) fn attempted(&self) -> bool {
+        self.attempted.load(Ordering::Acquire)
     }
 
     /// Forgets the connection; the next `get` connects again.
@@ -62,6 +75,7 @@ impl<C: Clone> LazyConnection<C> {
         if let Some(conn) = conn {
             *self.slot.write_locked() = Some(conn);
         }
+        self.attempted.store(true, Ordering::Release);
         self.connecting.store(false, Ordering::Release);
         self.done.notify_waiters();
     }

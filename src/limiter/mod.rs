@@ -199,9 +199,35 @@ pub trait RedisObserver: Send + Sync {
     fn set_up(&self, up: bool);
 }
 
+/// Where a remote backend's connection stands, for readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// The first connect has not ended yet: decisions wait for it (within
+    /// the connect budget) rather than fall back.
+    Starting,
+    /// Connected, with the decide code loaded.
+    Connected,
+    /// Not connected: the last attempt failed, or the connection was
+    /// dropped; the next decision (or the circuit's probe) connects again.
+    Unreachable,
+}
+
 /// A rate-limit backend.
 #[async_trait]
 pub trait Limiter: Send + Sync {
+    /// Connects now, and loads the decide code, unless already connected;
+    /// bounded by the connect budget. Called before the listeners accept,
+    /// so that the first decisions find a connection. A backend without a
+    /// connection has nothing to do.
+    async fn connect(&self) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
+    /// Where its connection stands (see [`Link`]).
+    fn link(&self) -> Link {
+        Link::Connected
+    }
+
     /// Decides `checks` all or nothing: the request is admitted only if every
     /// non-shadow check is `allowed`; then every allowed check consumes its
     /// cost, recorded under `member` (unique per request). A denied request
@@ -431,7 +457,7 @@ impl Decider {
                 Some(Arc::new(cluster::ClusterLimiter::new(
                     &config.redis.cluster,
                     &config.redis.tls,
-                    config.redis.timeout,
+                    (config.redis.timeout, config.redis.connect_timeout),
                     observer,
                 )?))
             }
@@ -707,14 +733,60 @@ impl Decider {
         self.local.decide(&scaled, member)
     }
 
-    /// Ready unless decisions would currently fail closed (`on_error: deny`
-    /// and Redis known to be unreachable).
-    pub fn is_ready(&self) -> bool {
+    /// Connects the shared backend now (see [`Limiter::connect`]); with
+    /// `backend: local`, nothing to do. A failure is logged by the backend
+    /// and left to `on_error`: the caller goes on either way.
+    pub async fn connect(&self) -> Result<(), LimiterError> {
         match &self.redis {
-            Some(redis) => self.settings.on_error != OnError::Deny || redis.is_healthy(),
-            None => true,
+            Some(redis) => redis.connect().await,
+            None => Ok(()),
         }
     }
+
+    /// Where the shared backend's connection stands ([`Link::Connected`]
+    /// with `backend: local`, which has none).
+    pub fn link(&self) -> Link {
+        self.redis
+            .as_ref()
+            .map_or(Link::Connected, |redis| redis.link())
+    }
+
+    /// Whether this instance should get traffic, and why not (or why it
+    /// is ready although Redis is not there).
+    pub fn readiness(&self) -> Readiness {
+        let Some(redis) = &self.redis else {
+            return Readiness::Ready;
+        };
+        let fallback = match self.settings.on_error {
+            OnError::Deny => None,
+            OnError::Allow => Some("on_error: allow admits"),
+            OnError::Local => Some("on_error: local limits in process"),
+        };
+        match (redis.link(), redis.is_healthy(), fallback) {
+            (Link::Starting, _, _) => Readiness::NotReady("connecting to Redis"),
+            (Link::Connected, true, _) => Readiness::Ready,
+            (_, _, Some(fallback)) => Readiness::Degraded(fallback),
+            (_, _, None) => Readiness::NotReady("Redis is unreachable and on_error is deny"),
+        }
+    }
+
+    /// Whether `/readyz` says ready (see [`Decider::readiness`]).
+    pub fn is_ready(&self) -> bool {
+        !matches!(self.readiness(), Readiness::NotReady(_))
+    }
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Decisions come from the shared backend (or there is none).
+    Ready,
+    /// Redis is not reachable, and `on_error` keeps serving: ready, with
+    /// what decides meanwhile.
+    Degraded(&'static str),
+    /// Not ready, and why: still connecting at the start, or decisions
+    /// would fail closed.
+    NotReady(&'static str),
 }
 
 /// A per-process random prefix for request members, so that requests

@@ -2,10 +2,12 @@
 //! (every algorithm, `lua/*.lua`) by `EVALSHA` (reloaded on `NOSCRIPT`), every
 //! call bounded by the configured budget.
 //!
-//! The connection is made lazily, on first use, inside the runtime that serves
-//! requests (a connection made before Pingora starts its runtimes would die
-//! with the temporary runtime). One background task connects at a time; requests
-//! wait for it within their budget. Failures feed the [`CircuitBreaker`]: once
+//! The connection is made by [`Limiter::connect`] when the server starts
+//! (inside one of its runtimes: a connection made before Pingora starts them
+//! would die with a temporary runtime), or else on first use. One background
+//! task connects at a time. Decisions made while the first connect is still
+//! running wait for it within the connect budget; after that, requests wait
+//! for a reconnect only within their decision budget. Failures feed the [`CircuitBreaker`]: once
 //! it opens, Redis is not called (nor connected to) until its probe, so a dead
 //! Redis costs no latency; the connection is replaced when the circuit opens.
 //!
@@ -36,9 +38,9 @@ use super::leases::{Lease, MAX_RENEWALS};
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
     self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
-    CONNECT_TIMEOUT, DECIDE_SCRIPT, RESPONSE_TIMEOUT,
+    DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
-use super::{Decision, LimitCheck, Limiter, LimiterError, RedisObserver};
+use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use crate::config::{RedisConfig, RedisTlsConfig, SentinelConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
@@ -99,6 +101,8 @@ enum Target {
 pub struct Shared {
     target: Target,
     budget: Duration,
+    /// How long connecting (and loading the decide code) may take.
+    connect_timeout: Duration,
     keys: KeyPassing,
     /// Where this Redis is, for logs: "at the configured URL" or a node.
     place: String,
@@ -255,7 +259,7 @@ impl RedisLimiter {
         };
         Ok(Self::at(
             target,
-            config.timeout,
+            (config.timeout, config.connect_timeout),
             KeyPassing::Declared,
             place,
             observer,
@@ -268,7 +272,7 @@ impl RedisLimiter {
     pub(super) fn for_cluster_node(
         info: redis::ConnectionInfo,
         tls: &RedisTlsConfig,
-        budget: Duration,
+        budgets: (Duration, Duration),
         node: &str,
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
@@ -277,16 +281,17 @@ impl RedisLimiter {
             .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
         Ok(Self::at(
             Target::Direct(client),
-            budget,
+            budgets,
             keys,
             node.into(),
             observer,
         ))
     }
 
+    /// `budgets`: one decision's, and one connect's.
     fn at(
         target: Target,
-        budget: Duration,
+        (budget, connect_timeout): (Duration, Duration),
         keys: KeyPassing,
         place: String,
         observer: Arc<dyn RedisObserver>,
@@ -295,6 +300,7 @@ impl RedisLimiter {
         Self(Arc::new(Shared {
             target,
             budget,
+            connect_timeout,
             keys,
             place,
             library: wire::function_library(script.get_hash()),
@@ -302,7 +308,7 @@ impl RedisLimiter {
             script,
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
-            circuit: wire::circuit_for(budget),
+            circuit: wire::circuit_for(budget, connect_timeout),
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
@@ -323,7 +329,7 @@ impl RedisLimiter {
         let conn = self
             .connection
             .get(move || {
-                tokio::spawn(async move { this.connect().await });
+                tokio::spawn(async move { this.dial().await });
             })
             .await;
         conn.ok_or_else(|| {
@@ -335,13 +341,15 @@ impl RedisLimiter {
         })
     }
 
-    async fn connect(self) {
+    /// One connect attempt, ended with [`LazyConnection::finish`].
+    async fn dial(self) {
+        let connect_timeout = self.connect_timeout;
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_connection_timeout(Some(connect_timeout))
             // Bounds each flush task when Redis stops answering; every request is
             // separately bounded by the (shorter) decision budget.
             .set_response_timeout(Some(RESPONSE_TIMEOUT.max(self.budget)));
-        let result = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let result = tokio::time::timeout(connect_timeout, async {
             let client = match &self.target {
                 Target::Direct(client) => client.clone(),
                 Target::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
@@ -366,10 +374,11 @@ impl RedisLimiter {
             }
             Err(_) => {
                 self.connect_refused.store(false, Ordering::Relaxed);
-                log::debug!("cannot connect to Redis: no answer within {CONNECT_TIMEOUT:?}");
+                log::debug!("cannot connect to Redis: no answer within {connect_timeout:?}");
                 None
             }
         };
+        self.observer.set_up(conn.is_some());
         self.connection.finish(conn);
     }
 
@@ -395,11 +404,11 @@ impl RedisLimiter {
         let mut command = redis::cmd("FUNCTION");
         command.arg("LOAD").arg(self.library.0.as_str());
         let load = command.query_async::<redis::Value>(conn);
-        match tokio::time::timeout(CONNECT_TIMEOUT, load).await {
+        match tokio::time::timeout(self.connect_timeout, load).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if e.to_string().contains("already exists") => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
+            Err(_) => Err(format!("no answer within {:?}", self.connect_timeout)),
         }
     }
 
@@ -424,11 +433,9 @@ impl RedisLimiter {
         mode: Mode,
         deadline: Instant,
     ) -> Result<Vec<i64>, LimiterError> {
-        let conn = match self.current() {
-            Some(conn) => conn,
-            None => tokio::time::timeout_at(deadline.into(), self.connection())
-                .await
-                .unwrap_or(Err(LimiterError::Timeout(self.budget)))?,
+        let (conn, deadline) = match self.current() {
+            Some(conn) => (conn, deadline),
+            None => self.connected_by(deadline).await?,
         };
         let keys = checks.iter().map(|c| c.key.to_string()).collect();
         let mut args = Vec::with_capacity(3 + 6 * checks.len());
@@ -456,6 +463,28 @@ impl RedisLimiter {
             }
             Err(_) => Err(LimiterError::Io("connection closed".into())),
         }
+    }
+
+    /// A connection for a decision due by `deadline`, which has none yet.
+    /// While the first connect is still running (the start, or a reload that
+    /// changed the Redis settings), it is waited for within the connect
+    /// budget and the decision's own budget starts once it is there: falling
+    /// back meanwhile would decide in process what Redis is about to decide.
+    /// Later reconnects are waited for only until `deadline`.
+    async fn connected_by(
+        &self,
+        deadline: Instant,
+    ) -> Result<(MultiplexedConnection, Instant), LimiterError> {
+        if self.connection.attempted() {
+            return tokio::time::timeout_at(deadline.into(), self.connection())
+                .await
+                .unwrap_or(Err(LimiterError::Timeout(self.budget)))
+                .map(|conn| (conn, deadline));
+        }
+        let conn = tokio::time::timeout(self.connect_timeout, self.connection())
+            .await
+            .unwrap_or(Err(LimiterError::Timeout(self.connect_timeout)))?;
+        Ok((conn, deadline.max(Instant::now() + self.budget)))
     }
 
     /// Sends queued decisions, one pipeline at a time, until the queue is empty.
@@ -809,6 +838,25 @@ impl RedisLimiter {
 
 #[async_trait]
 impl Limiter for RedisLimiter {
+    async fn connect(&self) -> Result<(), LimiterError> {
+        if self.current().is_some() {
+            return Ok(());
+        }
+        tokio::time::timeout(self.connect_timeout, self.connection())
+            .await
+            .unwrap_or(Err(LimiterError::Timeout(self.connect_timeout)))
+            .map(|_| ())
+    }
+
+    fn link(&self) -> Link {
+        if self.current().is_some() {
+            Link::Connected
+        } else if self.connection.attempted() {
+            Link::Unreachable
+        } else {
+            Link::Starting
+        }
+    }
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],

@@ -11,16 +11,14 @@ use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
 use crate::config::RedisTlsConfig;
 use std::time::{Duration, Instant};
 
-/// How long connecting to a Redis node may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The least a connection waits for a reply before giving up on it (every
 /// decision is separately bounded by its own, shorter, budget).
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A circuit breaker for a Redis node reached within `budget` per decision:
-/// its probe may take a connect, or two budgets.
-pub(super) fn circuit_for(budget: Duration) -> CircuitBreaker {
-    CircuitBreaker::new(CONNECT_TIMEOUT.max(budget * 2))
+/// A circuit breaker for a Redis node reached within `budget` per decision
+/// and `connect` per connect: its probe may take a connect, or two budgets.
+pub(super) fn circuit_for(budget: Duration, connect: Duration) -> CircuitBreaker {
+    CircuitBreaker::new(connect.max(budget * 2))
 }
 
 /// The TLS material of `limiter.redis.tls` as the redis crate takes it;

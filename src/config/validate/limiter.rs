@@ -67,6 +67,15 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
     if timeout.is_zero() {
         c.problem(&at("timeout"), ProblemKind::Zero("timeout".into()));
     }
+    let connect_timeout = c.duration(
+        &at("connect_timeout"),
+        r.connect_timeout.as_deref(),
+        d.connect_timeout,
+    );
+    if connect_timeout.is_zero() {
+        let kind = ProblemKind::Zero("connect_timeout".into());
+        c.problem(&at("connect_timeout"), kind);
+    }
     let key_prefix = r.key_prefix.clone().unwrap_or(d.key_prefix);
     if key_prefix.contains(['{', '}']) || key_prefix.len() > 64 {
         c.problem(&at("key_prefix"), ProblemKind::BadKeyPrefix);
@@ -75,6 +84,7 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
         url,
         cluster: r.cluster.clone(),
         timeout,
+        connect_timeout,
         key_prefix,
         tls,
         sentinel,
