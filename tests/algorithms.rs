@@ -263,7 +263,7 @@ fn shadow_limits_count_but_never_deny() {
         3
     );
     // A shadow limit that would deny consumes nothing, as if enforced.
-    assert_eq!(redis.zcard("sluice:{api:trial:127.0.0.1}"), 3);
+    assert_eq!(redis.log_len("sluice:{api:trial:127.0.0.1}"), 3);
 }
 
 /// `share: NAME`: one counter for every route that names it.
@@ -282,7 +282,7 @@ fn shared_limits_count_across_routes() {
     );
     assert_eq!(sluice.get("/sms", &[]).status, 200); // 4 of 4
     assert_eq!(sluice.get("/sms", &[]).status, 429);
-    assert_eq!(redis.zcard("sluice:{*:messaging:127.0.0.1}"), 4);
+    assert_eq!(redis.log_len("sluice:{*:messaging:127.0.0.1}"), 4);
     assert_eq!(sluice.decisions("email", "budget", "deny", "redis"), 1);
 }
 

@@ -50,7 +50,7 @@ fn only_failed_logins_consume_and_a_brute_force_is_stopped_at_the_limit() {
         let sluice = if i % 2 == 0 { &a } else { &b };
         assert_eq!(sluice.get("/status/200", &user).status, 200);
     }
-    assert_eq!(redis.zcard("sluice:{login:failures:victim}"), 0);
+    assert_eq!(redis.log_len("sluice:{login:failures:victim}"), 0);
     // A brute-force loop over both instances: three failures pass (and are
     // counted once their 401 is known), then everything is refused, a
     // correct password included, without reaching the upstream.
@@ -67,11 +67,11 @@ fn only_failed_logins_consume_and_a_brute_force_is_stopped_at_the_limit() {
         hits,
         "a refused attempt never reaches the app"
     );
-    assert_eq!(redis.zcard("sluice:{login:failures:victim}"), 3);
+    assert_eq!(redis.log_len("sluice:{login:failures:victim}"), 3);
     // Server errors count too (5xx), and other users are not affected.
     let other = [("X-User", "someone")];
     assert_eq!(a.get("/status/503", &other).status, 503);
-    assert_eq!(redis.zcard("sluice:{login:failures:someone}"), 1);
+    assert_eq!(redis.log_len("sluice:{login:failures:someone}"), 1);
 }
 
 #[test]
@@ -88,14 +88,14 @@ fn the_upstream_reports_the_cost_and_the_overshoot_stays_within_what_was_in_flig
         .collect();
     assert_eq!(got, [200, 200, 200, 200, 429]);
     assert_eq!(
-        redis.zcard("sluice:{llm:tokens:k1}"),
+        redis.log_len("sluice:{llm:tokens:k1}"),
         120,
         "exactly what was reported"
     );
     // A response without the header counts the limit's cost (1).
     let fresh = [("X-Key", "k2")];
     assert_eq!(b.get("/complete", &fresh).status, 200);
-    assert_eq!(redis.zcard("sluice:{llm:tokens:k2}"), 1);
+    assert_eq!(redis.log_len("sluice:{llm:tokens:k2}"), 1);
 
     // 50 concurrent requests of 10 tokens over two instances: each is
     // checked before any of the others' responses is counted, so more than
@@ -111,6 +111,6 @@ fn the_upstream_reports_the_cost_and_the_overshoot_stays_within_what_was_in_flig
         "{statuses:?}"
     );
     assert!((10..=50).contains(&admitted), "{admitted} admitted");
-    assert_eq!(redis.zcard("sluice:{llm:tokens:k3}"), 10 * admitted);
+    assert_eq!(redis.log_len("sluice:{llm:tokens:k3}"), 10 * admitted);
     assert_eq!(a.get("/complete?tokens=10", &[("X-Key", "k3")]).status, 429);
 }

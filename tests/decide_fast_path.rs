@@ -108,13 +108,15 @@ fn keys_holding_something_else_take_the_general_path() {
     let redis = RedisServer::start();
     let function = redis.load_decide_function();
     let mut conn = redis.connection();
-    // Not sluice's: the decision fails on its own line, on both paths.
-    for key in ["t:{x:fast}", "t:{x:general}"] {
-        let _: () = redis::cmd("SET")
+    // Not sluice's: the decision fails on its own line, on both paths (the
+    // packed log lives at KEY!l).
+    for key in ["t:{x:fast}!l", "t:{x:general}!l"] {
+        let _: () = redis::cmd("HSET")
             .arg(key)
-            .arg("not a counter")
+            .arg("f")
+            .arg("not a log")
             .query(&mut conn)
-            .expect("SET");
+            .expect("HSET");
     }
     let keys = ("t:{x:fast}", "t:{x:general}");
     let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 1);
@@ -126,8 +128,23 @@ fn keys_holding_something_else_take_the_general_path() {
     // Left by another of sluice's algorithms (a reload changed it): dropped,
     // and the decision is made afresh.
     let keys = ("t:{y:fast}", "t:{y:general}");
-    decide_both(&redis, &function, Algorithm::FixedWindow, keys, 2);
-    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 3);
+    decide_both(&redis, &function, Algorithm::SlidingLog, keys, 2);
+    let (fast, general) = decide_both(&redis, &function, Algorithm::FixedWindow, keys, 3);
     assert!(fast.starts_with("1 "), "{fast}");
     assert_eq!(fast, general);
+    // An earlier version's sorted-set log at KEY (a rolling upgrade) is
+    // left to it: the packed log keeps its own count beside it.
+    for key in ["t:{z:fast}", "t:{z:general}"] {
+        let _: () = redis::cmd("ZADD")
+            .arg(key)
+            .arg(1)
+            .arg("0123456789abcdef-1")
+            .query(&mut conn)
+            .expect("ZADD");
+    }
+    let keys = ("t:{z:fast}", "t:{z:general}");
+    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 4);
+    assert!(fast.starts_with("1 "), "{fast}");
+    assert_eq!(fast, general);
+    assert_eq!(redis.zcard("t:{z:fast}"), 1, "the old log is untouched");
 }

@@ -68,10 +68,10 @@ fn settles_at(redis: &RedisServer, key: &str, n: u64) {
     wait_until(
         Duration::from_secs(5),
         &format!("{key} to hold {n}"),
-        || redis.zcard(key) == n,
+        || redis.log_len(key) == n,
     );
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(redis.zcard(key), n, "{key}");
+    assert_eq!(redis.log_len(key), n, "{key}");
 }
 
 #[test]
@@ -121,11 +121,10 @@ fn a_late_lease_is_released_at_once() {
 }
 
 /// A stall longer than the connection's 2 s response timeout: the late
-/// replies never arrive, so the refund of the request the fallback refused is
-/// sent without one, behind the stalled call (a `sliding_log` refund removes
-/// only the request's own entry, harmless if Redis never ran it).
-#[test]
-fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout() {
+/// replies never arrive. Runs `limit` (with a fallback share admitting one
+/// request) through it: one request admitted by the fallback, one refused;
+/// Redis runs both late. Returns the units left in Redis.
+fn stall_past_the_response_timeout(limit: u64, share: &str, user: &str) -> (RedisServer, u64) {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let body = format!(
@@ -133,35 +132,54 @@ fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout(
 limiter:
   redis: {{ url: "{url}", timeout: 100ms }}
   on_error: local
-  local: {{ share: 0.4 }}
+  local: {{ share: "{share}" }}
 upstreams:
   api: {{ servers: ["{upstream}"] }}
 routes:
   - name: api
     upstream: api
     limits:
-      - {{ name: per-user, key: [{{header: X-User}}], limit: 3, window: 1m }}
+      - {{ name: per-user, key: [{{header: X-User}}], limit: {limit}, window: 1m }}
 "#,
         url = redis.url(),
         upstream = upstream.addr,
     );
     let sluice = Sluice::start(&body);
-    let dave = [("X-User", "dave")];
-    let key = "sluice:{api:per-user:dave}";
-    assert_eq!(sluice.get("/x", &dave).status, 200);
-    assert_eq!(redis.zcard(key), 1);
+    let headers = [("X-User", user)];
+    let key = format!("sluice:{{api:per-user:{user}}}");
+    assert_eq!(sluice.get("/x", &headers).status, 200);
+    assert_eq!(redis.log_len(&key), 1);
 
     redis.pause_clients(2500);
-    // The fallback's share of 3 is one request: it admits one, refuses one.
-    let during: Vec<u16> = (0..2).map(|_| sluice.get("/x", &dave).status).collect();
+    // The fallback's share is one request: it admits one, refuses one.
+    let during: Vec<u16> = (0..2).map(|_| sluice.get("/x", &headers).status).collect();
     assert_eq!(during, [200, 429]);
     let local = sluice.decisions("api", "per-user", "allow", "local")
         + sluice.decisions("api", "per-user", "deny", "local");
     assert_eq!(local, 2, "both answered by the fallback during the stall");
+    // Redis runs both late (3 units), then what is refunded without a reply.
+    std::thread::sleep(Duration::from_millis(2500));
+    wait_until(Duration::from_secs(5), "Redis to answer", || {
+        redis.log_len(&key) >= 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let left = redis.log_len(&key);
+    (redis, left)
+}
 
-    // Redis runs both late (3 entries), then the refund of the refused one.
-    settles_at(&redis, key, 2);
-    // The admitted request stays counted; one unit is left.
-    assert_eq!(sluice.get("/x", &dave).status, 200);
-    assert_eq!(sluice.get("/x", &dave).status, 429);
+/// A large limit's log is a sorted set of members: the refund of the
+/// refused request is sent without a reply, behind the stalled call (it
+/// removes only the request's own member, harmless if Redis never ran it).
+#[test]
+fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout() {
+    let (_redis, left) = stall_past_the_response_timeout(300, "1/300", "dave");
+    assert_eq!(left, 2, "the refused request's unit is given back");
+}
+
+/// A packed log gives back by stamp, which is safe only for a decision known
+/// to have run: without a reply the units stay taken (stricter, never looser).
+#[test]
+fn a_packed_log_keeps_the_units_of_a_decision_whose_reply_never_came() {
+    let (_redis, left) = stall_past_the_response_timeout(3, "0.4", "erin");
+    assert_eq!(left, 3, "nothing is given back without a reply");
 }

@@ -102,7 +102,7 @@ fn closing_frees_the_slot_at_once(
     let end = lease_end(&mut conn, "ana");
     close();
     wait_until(Duration::from_secs(10), "the lease released", || {
-        redis.zcard(&key_of("ana")) == 0
+        redis.log_len(&key_of("ana")) == 0
     });
     let now = redis_now(&mut conn);
     assert!(
@@ -134,7 +134,7 @@ fn on_redis_a_websocket_keeps_its_slot_while_open_and_frees_it_when_either_side_
     wait_until(
         Duration::from_secs(10),
         "the new socket's lease released",
-        || redis.zcard(&key_of("ana")) == 0,
+        || redis.log_len(&key_of("ana")) == 0,
     );
     let mut socket = open(&sluice, "ana");
     assert!(echoes(&mut socket, "hello"));
@@ -176,11 +176,11 @@ fn on_a_redis_cluster_a_websocket_keeps_its_slot_while_open() {
     let sluice = chat(&limiter);
     let mut socket = open(&sluice, "ana");
     holds_its_slot(&sluice, &mut socket);
-    assert_eq!(cluster.zcard(&key_of("ana")), 1);
+    assert_eq!(cluster.log_len(&key_of("ana")), 1);
     let _ = socket.close(None);
     while socket.read().is_ok() {}
     wait_until(Duration::from_secs(10), "the lease released", || {
-        cluster.zcard(&key_of("ana")) == 0
+        cluster.log_len(&key_of("ana")) == 0
     });
 }
 
@@ -219,7 +219,7 @@ fn renewing_a_hundred_leases_costs_one_redis_call_per_tick() {
     );
     // Every socket still holds its slot, three leases later.
     for user in &users {
-        assert_eq!(redis.zcard(&key_of(user)), 1, "{user}'s lease");
+        assert_eq!(redis.log_len(&key_of(user)), 1, "{user}'s lease");
     }
     assert_eq!(
         open_websocket(sluice.addr, "/ws/room", &[("x-user", "user-7")]).0,
@@ -236,7 +236,7 @@ fn renewing_a_hundred_leases_costs_one_redis_call_per_tick() {
         metric_value(&sluice.metrics(), "sluice_ratelimit_leases_held") == 0
     });
     for user in &users {
-        assert_eq!(redis.zcard(&key_of(user)), 0, "{user}'s lease");
+        assert_eq!(redis.log_len(&key_of(user)), 0, "{user}'s lease");
     }
 }
 

@@ -164,7 +164,7 @@ routes:
             .collect();
         assert_eq!(statuses, [200, 200, 429, 429], "{user}");
         assert_eq!(
-            cluster.zcard(&format!("sluice:{{login:per-user:{user}}}")),
+            cluster.log_len(&format!("sluice:{{login:per-user:{user}}}")),
             2
         );
     }

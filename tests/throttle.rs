@@ -34,22 +34,22 @@ routes:
     )
 }
 
-/// The scores of the sliding log at `key` (admit and reservation times, µs).
+/// The stamps of the one sliding log in Redis (admit and reservation
+/// times, µs), oldest first.
 fn log_scores(redis: &RedisServer) -> Vec<i64> {
     let mut connection = redis.connection();
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
+        .arg("*!l")
         .query(&mut connection)
         .expect("KEYS");
-    let key = keys.first().expect("a counter key");
-    let pairs: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(&mut connection)
-        .expect("ZRANGE");
-    pairs.into_iter().map(|(_, score)| score).collect()
+    let Some(key) = keys.first() else {
+        return Vec::new();
+    };
+    let key = key.strip_suffix("!l").expect("a packed log key");
+    packed_stamps(&mut connection, key)
+        .into_iter()
+        .map(|stamp| stamp as i64)
+        .collect()
 }
 
 /// Sends `count` requests at once, alternating between `instances`; the

@@ -38,6 +38,11 @@ use std::time::{Duration, Instant};
 
 /// Keys the driver picks from at random.
 const KEYS: u64 = 100_000;
+/// Hot keys (a flood): few keys, a small limit, nearly every decision a
+/// denial.
+const HOT_KEYS: u64 = 8;
+/// The hot keys' limit (a minute).
+const HOT_LIMIT: u64 = 10;
 /// Connections to Redis: one per gateway instance.
 pub const CONNECTIONS: usize = 8;
 /// Calls in flight on each connection.
@@ -63,9 +68,13 @@ enum Load {
 struct Case {
     name: &'static str,
     load: Load,
+    /// Decides [`HOT_KEYS`] keys at [`HOT_LIMIT`] instead of [`KEYS`] at
+    /// the usual limit.
+    hot: bool,
 }
 
 pub const SEED: &str = "seed's script (EVALSHA per decision)";
+pub const HOT_SEED: &str = "seed's script, 8 hot keys at their limit";
 pub const INCR_FLOOR: &str = "INCR floor (pipelined)";
 
 fn cases() -> Vec<Case> {
@@ -74,36 +83,54 @@ fn cases() -> Vec<Case> {
         Case {
             name: "sluice sliding_log",
             load: Load::Sluice(Algorithm::SlidingLog),
+            hot: false,
         },
         Case {
             name: "sluice sliding_window",
             load: Load::Sluice(Algorithm::SlidingWindow { buckets: 60 }),
+            hot: false,
         },
         Case {
             name: "sluice fixed_window",
             load: Load::Sluice(Algorithm::FixedWindow),
+            hot: false,
         },
         Case {
             name: "sluice token_bucket",
             load: Load::Sluice(Algorithm::TokenBucket {
                 burst: crate::LIMIT,
             }),
+            hot: false,
         },
         Case {
             name: "sluice concurrency",
             load: Load::Sluice(Algorithm::Concurrency { lease }),
+            hot: false,
+        },
+        Case {
+            name: "sluice sliding_log, 8 hot keys at their limit",
+            load: Load::Sluice(Algorithm::SlidingLog),
+            hot: true,
+        },
+        Case {
+            name: HOT_SEED,
+            load: Load::Seed,
+            hot: true,
         },
         Case {
             name: SEED,
             load: Load::Seed,
+            hot: false,
         },
         Case {
             name: "envoyproxy/ratelimit (INCRBY + EXPIRE, pipelined)",
             load: Load::IncrbyExpire,
+            hot: false,
         },
         Case {
             name: INCR_FLOOR,
             load: Load::Incr,
+            hot: false,
         },
     ]
 }
@@ -141,15 +168,20 @@ impl Rng {
 /// One round trip's worth of decisions for `load`: the pipeline, and the
 /// number of replies that are decisions (the others are `EXPIRE`s).
 fn round_trip(
-    load: Load,
+    (load, hot): (Load, bool),
     code: &Code,
     rng: &mut Rng,
     member: &str,
     sequence: &mut u64,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
+    let (keys, limit) = if hot {
+        (HOT_KEYS, HOT_LIMIT)
+    } else {
+        (KEYS, crate::LIMIT)
+    };
     let key = |rng: &mut Rng, prefix: &str| {
-        format!("{prefix}{{bench:per-key:h.x-key={}}}", rng.next() % KEYS)
+        format!("{prefix}{{bench:per-key:h.x-key={}}}", rng.next() % keys)
     };
     match load {
         Load::Sluice(algorithm) => {
@@ -159,7 +191,7 @@ fn round_trip(
                 .map(|key| {
                     *sequence += 1;
                     let window = Duration::from_micros(crate::WINDOW_US);
-                    let check = LimitCheck::plain(key, crate::LIMIT, window, algorithm);
+                    let check = LimitCheck::plain(key, limit, window, algorithm);
                     take_args(&[check], &format!("{member}-{sequence:x}"))
                 })
                 .collect();
@@ -180,7 +212,7 @@ fn round_trip(
                     .arg(key(rng, "seed:"))
                     .arg(now_ms)
                     .arg(crate::WINDOW_US / 1000)
-                    .arg(crate::LIMIT)
+                    .arg(limit)
                     .arg(format!("{member}-{sequence:x}"));
             }
         }
@@ -229,7 +261,7 @@ fn admitted(load: Load, replies: &[redis::Value]) -> u64 {
 }
 
 /// Drives `load` for `seconds`: (decisions, admitted).
-fn drive(redis: &RedisServer, load: Load, code: &Code, seconds: f64) -> (u64, u64) {
+fn drive(redis: &RedisServer, (load, hot): (Load, bool), code: &Code, seconds: f64) -> (u64, u64) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -256,7 +288,7 @@ fn drive(redis: &RedisServer, load: Load, code: &Code, seconds: f64) -> (u64, u6
                 tasks.push(tokio::spawn(async move {
                     let (mut decisions, mut admits, mut sequence) = (0u64, 0u64, 0u64);
                     while Instant::now() < until {
-                        let pipe = round_trip(load, &code, &mut rng, &member, &mut sequence);
+                        let pipe = round_trip((load, hot), &code, &mut rng, &member, &mut sequence);
                         let replies: Vec<redis::Value> =
                             pipe.query_async(&mut conn).await.expect("Redis call");
                         decisions += BATCH as u64;
@@ -311,14 +343,15 @@ pub fn run(options: &Options) -> String {
     let ticks = clock_ticks_per_second();
     let cases = cases();
     for case in &cases {
-        drive(&redis, case.load, &code, 1.0);
+        drive(&redis, (case.load, case.hot), &code, 1.0);
     }
     let mut samples: Vec<Vec<Sample>> = cases.iter().map(|_| Vec::new()).collect();
     for round in 1..=options.rounds {
         for (case, samples) in cases.iter().zip(&mut samples) {
             let before = cpu_ticks(redis.pid());
             let start = Instant::now();
-            let (decisions, admits) = drive(&redis, case.load, &code, options.seconds as f64);
+            let (decisions, admits) =
+                drive(&redis, (case.load, case.hot), &code, options.seconds as f64);
             let elapsed = start.elapsed().as_secs_f64();
             let redis_s = (cpu_ticks(redis.pid()) - before) as f64 / ticks;
             let sample = Sample {
@@ -337,10 +370,97 @@ pub fn run(options: &Options) -> String {
             samples.push(sample);
         }
     }
+    let memory = memory_table(&redis, &code);
     if pinned {
         unpin_self();
     }
-    table(options, &cases, &samples, pinned)
+    table(options, &cases, &samples, pinned) + &memory
+}
+
+/// Keys of the memory table, per row (fewer for the longest logs, so that a
+/// row logs at most [`MEMORY_UNITS`]).
+const MEMORY_KEYS: u64 = 10_000;
+/// The most units one row of the memory table logs.
+const MEMORY_UNITS: u64 = 1_000_000;
+
+/// Redis memory per logged admission (`MEMORY USAGE` over [`MEMORY_KEYS`]
+/// keys, each holding `entries` units logged one decision at a time as the
+/// gateway logs them) for the packed log and the sorted set, at 10, 100 and
+/// 1,000 entries a key.
+fn memory_table(redis: &RedisServer, code: &Code) -> String {
+    let mut out = String::from(
+        "**Memory per logged admission** (`sliding_log`, `MEMORY USAGE` summed over 10,000 keys (1,000 at 1,000 entries), each built by single-unit decisions, divided by the units logged):\n\n\
+         | entries a key | packed string (limit ≤ 256) | sorted set (larger limits) |\n|---|---|---|\n",
+    );
+    let mut conn = redis.connection();
+    for entries in [10u64, 100, 1000] {
+        let packed = (entries <= sluice::limiter::wire::PACKED_LOG_MAX)
+            .then(|| bytes_per_entry(&mut conn, code, "packed", entries, entries));
+        let sorted = bytes_per_entry(&mut conn, code, "sorted", entries, entries.max(1000));
+        let _ = writeln!(
+            out,
+            "| {entries} | {} | {sorted:.1} bytes |",
+            packed.map_or("— (a sorted set above 256)".to_string(), |b| format!(
+                "{b:.1} bytes"
+            ))
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// Logs `entries` units on each of up to [`MEMORY_KEYS`] keys under `limit` (an
+/// hour's window), then returns Redis's memory per unit and deletes them.
+fn bytes_per_entry(
+    conn: &mut redis::Connection,
+    code: &Code,
+    layout: &str,
+    entries: u64,
+    limit: u64,
+) -> f64 {
+    let count = MEMORY_KEYS.min(MEMORY_UNITS / entries);
+    let keys: Vec<String> = (0..count)
+        .map(|i| format!("mem:{{{layout}:{entries}:{i}}}"))
+        .collect();
+    let hour = Duration::from_secs(3600);
+    let mut sequence = 0u64;
+    for _ in 0..entries {
+        for chunk in keys.chunks(BATCH) {
+            let args: Vec<Vec<Vec<u8>>> = chunk
+                .iter()
+                .map(|key| {
+                    sequence += 1;
+                    let check = LimitCheck::plain(key, limit, hour, Algorithm::SlidingLog);
+                    take_args(&[check], &format!("0123456789abcdef-{sequence:x}"))
+                })
+                .collect();
+            let mut command = redis::cmd("FCALL");
+            command.arg(&code.function).arg(chunk.len()).arg(chunk);
+            push_batch(&mut command, args.iter().map(|a| (1, a.as_slice())));
+            let _: redis::Value = command.query(conn).expect("FCALL");
+        }
+    }
+    let mut bytes = 0u64;
+    for key in &keys {
+        for stored in [format!("{key}!l"), key.clone()] {
+            let usage: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&stored)
+                .arg("SAMPLES")
+                .arg(0)
+                .query(conn)
+                .expect("MEMORY USAGE");
+            bytes += usage.unwrap_or(0);
+        }
+    }
+    for chunk in keys.chunks(1000) {
+        let stored: Vec<String> = chunk
+            .iter()
+            .flat_map(|key| [format!("{key}!l"), key.clone()])
+            .collect();
+        let _: () = redis::cmd("DEL").arg(stored).query(conn).expect("DEL");
+    }
+    bytes as f64 / (count * entries) as f64
 }
 
 fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: bool) -> String {
@@ -349,6 +469,7 @@ fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: boo
         out,
         "**Redis capacity**: `cargo bench --bench versus -- --parts redis --rounds {rounds} --seconds {seconds}` on {date}: {cpu}, {redis}.\n\n\
          One Redis {pinning}; the driver sends decisions over {KEYS} keys at random (1,000 a minute each, none denied) from {CONNECTIONS} connections, \
+         or over {HOT_KEYS} hot keys at {HOT_LIMIT} a minute (nearly all denied; these rows are compared with the seed's script on the same keys), \
          {IN_FLIGHT} calls in flight on each, {BATCH} decisions a round trip (sluice: one batch call; the others: {BATCH} pipelined commands). \
          Medians of {rounds} interleaved rounds. Decisions per Redis core = 1 / Redis CPU per decision.\n",
         rounds = options.rounds,
@@ -377,10 +498,12 @@ fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: boo
             .position(|c| c.name == name)
             .map_or(f64::NAN, |i| per_core(&samples[i]))
     };
-    let (seed, floor) = (of(SEED), of(INCR_FLOOR));
+    let (seed, hot_seed, floor) = (of(SEED), of(HOT_SEED), of(INCR_FLOOR));
     for (case, s) in cases.iter().zip(samples) {
         let (low, high) = range(s, |x| x.rate);
         let core = per_core(s);
+        // Hot keys are compared with the seed's script on the same keys.
+        let seed = if case.hot { hot_seed } else { seed };
         let _ = writeln!(
             out,
             "| {} | {:.0} ({:.0}–{:.0}) | {:.0} % | {:.2} µs | {:.0} | {:.2}× | {:.2}× | {:.1} % |",

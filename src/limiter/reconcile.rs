@@ -15,7 +15,7 @@
 //! When no reply comes at all (a stall longer than the connection's response
 //! timeout, or a broken connection), whether Redis ran the decision is
 //! unknown. A refund that only removes the request's own member
-//! (`sliding_log`, `concurrency`) is the same whether or not Redis ran it, so
+//! (`concurrency`, and `sliding_log` over a sorted set) is the same whether or not Redis ran it, so
 //! it is sent anyway, on the same connection, behind the stalled call: Redis
 //! runs it after the late decision. A counter's refund would give back units
 //! that may never have been taken, so counters keep the stricter rule and
@@ -75,7 +75,9 @@ pub enum Refund {
 pub enum Units {
     /// A `concurrency` lease: the request's own member, removed.
     Lease,
-    /// A `sliding_log` entry: the request's own member, removed.
+    /// A `sliding_log` entry of a large limit (a sorted set): the
+    /// request's own member, removed. (A packed log gives back by stamp:
+    /// [`Units::Count`].)
     LogEntry,
     /// A count (every other algorithm): units subtracted.
     Count,

@@ -227,19 +227,30 @@ pub(super) fn wire_code(algorithm: Algorithm) -> (u8, u64) {
     }
 }
 
+/// The largest `sliding_log` limit whose log Redis keeps as a packed string
+/// of stamps (`lua/sliding_log.lua`'s `PACKED_MAX`; a test holds the two
+/// equal). Larger limits keep a sorted set of members.
+pub const PACKED_LOG_MAX: u64 = 256;
+
 /// How a limit's units are given back, from its wire arguments (its six, as
-/// [`push_args`] writes them).
+/// [`push_args`] writes them). A packed `sliding_log` gives back by stamp
+/// (the oldest units stamped at or after the decision's time), which is
+/// only safe once the decision is known to have run: counted like a count.
 pub(super) fn refund_units(args: &[Vec<u8>]) -> Units {
     let is = |algorithm: Algorithm| {
         let code = wire_code(algorithm).0.to_string();
         args.first()
             .is_some_and(|first| first.as_slice() == code.as_bytes())
     };
+    let limit = || {
+        args.get(1)
+            .and_then(|limit| std::str::from_utf8(limit).ok()?.parse::<u64>().ok())
+    };
     if is(Algorithm::Concurrency {
         lease: Duration::ZERO,
     }) {
         Units::Lease
-    } else if is(Algorithm::SlidingLog) {
+    } else if is(Algorithm::SlidingLog) && limit().is_some_and(|l| l > PACKED_LOG_MAX) {
         Units::LogEntry
     } else {
         Units::Count
@@ -550,11 +561,21 @@ mod tests {
         assert_eq!(lua.len(), 6);
     }
 
+    /// The packed log's largest limit is one fact, written in Lua and Rust.
+    #[test]
+    fn the_packed_log_bound_is_the_same_in_lua() {
+        let lua = DECIDE_SCRIPT
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("local PACKED_MAX = "))
+            .expect("sliding_log.lua has `local PACKED_MAX = …`");
+        assert_eq!(lua.trim().parse::<u64>().ok(), Some(PACKED_LOG_MAX));
+    }
+
     #[test]
     fn refund_units_are_read_from_what_push_args_writes() {
-        let check = |algorithm| LimitCheck {
+        let check = |algorithm, limit| LimitCheck {
             key: "k",
-            limit: 1,
+            limit,
             window: Duration::from_secs(1),
             cost: 1,
             algorithm,
@@ -564,15 +585,17 @@ mod tests {
             max_delay: Duration::ZERO,
         };
         let lease = Duration::from_secs(30);
-        for (algorithm, units) in [
-            (Algorithm::Concurrency { lease }, Units::Lease),
-            (Algorithm::SlidingLog, Units::LogEntry),
-            (Algorithm::FixedWindow, Units::Count),
-            (Algorithm::SlidingWindow { buckets: 10 }, Units::Count),
-            (Algorithm::TokenBucket { burst: 1 }, Units::Count),
+        let large = PACKED_LOG_MAX + 1;
+        for (algorithm, limit, units) in [
+            (Algorithm::Concurrency { lease }, 1, Units::Lease),
+            (Algorithm::SlidingLog, large, Units::LogEntry),
+            (Algorithm::SlidingLog, PACKED_LOG_MAX, Units::Count),
+            (Algorithm::FixedWindow, 1, Units::Count),
+            (Algorithm::SlidingWindow { buckets: 10 }, 1, Units::Count),
+            (Algorithm::TokenBucket { burst: 1 }, 1, Units::Count),
         ] {
             let mut args: Vec<Vec<u8>> = Vec::new();
-            push_args(&mut args, &[check(algorithm)], "m-1", Mode::Take);
+            push_args(&mut args, &[check(algorithm, limit)], "m-1", Mode::Take);
             assert_eq!(args.len(), 3 + 6);
             assert_eq!(refund_units(&args[3..]), units, "{algorithm:?}");
         }

@@ -154,6 +154,25 @@ impl RedisServer {
             .expect("ZCARD")
     }
 
+    /// Units logged at `key`: a `sliding_log` limit's units (its packed
+    /// string at `KEY!l`, or a large limit's sorted set), or a
+    /// `concurrency` limit's leases (a sorted set).
+    pub fn log_len(&self, key: &str) -> u64 {
+        log_len(&mut self.connection(), key)
+    }
+
+    /// The limit keys matching `pattern`: every key, a packed log's
+    /// named without its `!l` (its limit's key).
+    pub fn limit_keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        self.keys(pattern)
+            .into_iter()
+            .map(|key| match key.strip_suffix(b"!l") {
+                Some(limit_key) => limit_key.to_vec(),
+                None => key,
+            })
+            .collect()
+    }
+
     /// Every key matching `pattern`.
     pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
         redis::cmd("KEYS")
@@ -1054,6 +1073,12 @@ impl RedisCluster {
             .expect("ZCARD")
     }
 
+    /// [`RedisServer::log_len`] of `key`, on the node that owns it.
+    pub fn log_len(&self, key: &str) -> u64 {
+        let mut conn = self.node(self.owner(key)).expect("owner node");
+        log_len(&mut conn, key)
+    }
+
     /// Calls of `command` (lower case) the node at `port` executed.
     pub fn command_calls(&self, port: u16, command: &str) -> u64 {
         command_calls(&mut self.node(port).expect("node"), command)
@@ -1381,4 +1406,41 @@ pub fn make_cert(dir: &Path, ca: &str, name: &str, sans: &str) {
             &cert,
         ],
     );
+}
+
+/// The packed log's header, and the width of one unit in it (the layout of
+/// `sliding_log.lua`).
+const PACKED_HEADER: usize = 24;
+const PACKED_WIDTH: usize = 6;
+
+/// Units logged at `key` (see [`RedisServer::log_len`]).
+fn log_len(conn: &mut redis::Connection, key: &str) -> u64 {
+    let packed: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(format!("{key}!l"))
+        .query(conn)
+        .expect("GET");
+    match packed {
+        Some(raw) => ((raw.len() - PACKED_HEADER) / PACKED_WIDTH) as u64,
+        None => redis::cmd("ZCARD").arg(key).query(conn).expect("ZCARD"),
+    }
+}
+
+/// The stamps (µs) of the packed log at `key`, oldest first.
+pub fn packed_stamps(conn: &mut redis::Connection, key: &str) -> Vec<u64> {
+    let raw: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(format!("{key}!l"))
+        .query(conn)
+        .expect("GET");
+    let Some(raw) = raw else {
+        return Vec::new();
+    };
+    let base = u64::from_be_bytes(raw[..8].try_into().expect("header"));
+    raw[PACKED_HEADER..]
+        .chunks_exact(PACKED_WIDTH)
+        .map(|unit| {
+            let mut offset = [0u8; 8];
+            offset[2..].copy_from_slice(unit);
+            base + u64::from_be_bytes(offset)
+        })
+        .collect()
 }

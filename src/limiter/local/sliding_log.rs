@@ -1,4 +1,5 @@
-//! In-process twin of `lua/sliding_log.lua`: a log of admit times.
+//! In-process twin of `lua/sliding_log.lua`: a log of admit times, each
+//! stamped max(now, the newest stamp), so stamps never go back.
 
 use super::{Counter, Params};
 use std::collections::VecDeque;
@@ -49,16 +50,11 @@ impl Counter for SlidingLog {
         } else {
             p.window
         };
-        if self.admitted.back().is_none_or(|&last| last <= now) {
-            self.admitted
-                .extend(std::iter::repeat_n(now, p.cost as usize));
-        } else {
-            // Before the reservations still to come, to keep the log in order.
-            let at = self.admitted.partition_point(|&t| t <= now);
-            for _ in 0..p.cost {
-                self.admitted.insert(at, now);
-            }
-        }
+        // Stamps never go back: after a reservation still to come (or a
+        // clock that stepped back), the units are stamped at the newest time.
+        let stamp = self.admitted.back().map_or(now, |&last| last.max(now));
+        self.admitted
+            .extend(std::iter::repeat_n(stamp, p.cost as usize));
         (p.limit.saturating_sub(count + p.cost), reset)
     }
 

@@ -41,6 +41,10 @@ function concurrency.report(key, now, a, count)
   return math.max(a.limit - count, 0), first_expiry(key, now, a), 0
 end
 
--- Releases the leases `member` holds: a lease is a log entry, released
--- the way sliding_log gives back its units (defined before this file).
-concurrency.refund = sliding_log.refund
+-- Releases the leases `member` holds.
+function concurrency.refund(key, a, member, taken)
+  redis.call('ZREM', key, member)
+  for j = 2, a.cost do
+    redis.call('ZREM', key, member .. '.' .. j)
+  end
+end

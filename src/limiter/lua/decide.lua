@@ -78,7 +78,10 @@ local function peek(key, a)
     return fit, state
   end
   local message = type(fit) == 'table' and fit.err or tostring(fit)
-  if not string.find(message, 'WRONGTYPE', 1, true) or not left_by_sluice(key) then
+  -- A packed log lives at its own key: the value at KEY (a sorted set an
+  -- earlier version may still be using) is not its to drop.
+  if not string.find(message, 'WRONGTYPE', 1, true) or sliding_log.packed(a)
+      or not left_by_sluice(key) then
     error(fit)
   end
   redis.call('DEL', key)
@@ -130,14 +133,15 @@ local function decide(ko, n, o)
   if call_args[o + 2] == 'refund' then
     local taken = tonumber(call_args[o + 3])
     for i = 1, n do
-      limits[i].algorithm.refund(call_keys[ko + i], limits[i], member, taken)
+      limits[i].algorithm.refund(call_keys[ko + i], limits[i], member, taken, now)
     end
     return { 1 }
   end
 
   if call_args[o + 2] == 'reset' then
     for i = 1, n do
-      redis.call('DEL', call_keys[ko + i], box_of(call_keys[ko + i]))
+      local key = call_keys[ko + i]
+      redis.call('DEL', key, box_of(key), key .. '!l')
     end
     return { 1 }
   end
@@ -256,49 +260,43 @@ local function line_format(count)
   return format
 end
 
--- The common decision, with the fewest calls and no tables: one limit,
--- 'take', cost 1, no shadow, deferral, penalty box or delay, on sliding_log
--- or fixed_window. Its arguments start at ARGV[o + 1] (the member). Returns
--- the decision's line when it admits; nil, having written nothing, for
--- anything else (a denial, another algorithm): `decide` then takes it, as
--- it takes a decision whose key holds another type (the error is raised
--- before anything is written). Same arithmetic as the algorithms' own
--- peek and take (a test holds the two in step).
+-- The common decision, with the fewest calls: one limit, 'take', cost 1, no
+-- shadow, deferral, penalty box or delay, on sliding_log or fixed_window. Its
+-- arguments start at ARGV[o + 1] (the member). Returns the decision's line,
+-- admitted or denied; nil, having written nothing, for anything else
+-- (another algorithm or mode): `decide` then takes it, as it takes a
+-- decision whose key holds another type (the error is raised before
+-- anything is written). It runs the algorithms' own peek, take and report
+-- (a test holds the two paths in step); what it saves is the general
+-- path's argument parsing, tables and pcalls.
+local fast_limit = { cost = 1, delay = 0, param = 0 }
 local function fast(key, o, now_text)
   if call_args[o + 2] ~= 'take' or call_args[o + 9] ~= '0' or call_args[o + 7] ~= '1' then
     return nil
   end
   local algorithm = call_args[o + 4]
-  local limit = tonumber(call_args[o + 5])
-  local window = tonumber(call_args[o + 6])
+  local a = fast_limit
+  a.limit = tonumber(call_args[o + 5])
+  a.window = tonumber(call_args[o + 6])
   if algorithm == '1' then
-    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-    if oldest ~= nil and tonumber(oldest) <= now - window then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-      oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    local fits, s = sliding_log.peek(key, now, a)
+    if not fits then
+      local remaining, reset, retry = sliding_log.report(key, now, a, s)
+      return string.format('0 %s 0 %d %d %d', now_text, remaining, reset, retry)
     end
-    local count, reset = 0, window
-    if oldest ~= nil then
-      count = redis.call('ZCARD', key)
-      reset = tonumber(oldest) + window - now
-    end
-    if count + 1 > limit then
-      return nil
-    end
-    redis.call('ZADD', key, now, call_args[o + 1])
-    redis.call('PEXPIRE', key, math.ceil(window / 1000) + 1)
-    return string.format('1 %s 1 %d %d 0', now_text, limit - count - 1, reset)
+    local remaining, reset = sliding_log.take(key, now, a, s, call_args[o + 1])
+    return string.format('1 %s 1 %d %d 0', now_text, remaining, reset)
   elseif algorithm == '3' then
-    local current = (now - math.fmod(now, window)) / window
+    local current = (now - math.fmod(now, a.window)) / a.window
     local stored = redis.call('HMGET', key, 'w', 'c')
     local count = 0
     if stored[1] and tonumber(stored[1]) == current then
       count = tonumber(stored[2]) or 0
     end
-    if count + 1 > limit then
+    if count + 1 > a.limit then
       return nil
     end
-    local ends = (current + 1) * window
+    local ends = (current + 1) * a.window
     if count == 0 then
       redis.call('HSET', key, 'w', string.format('%.0f', current), 'c', 1)
       redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + 1)
@@ -306,7 +304,7 @@ local function fast(key, o, now_text)
       -- The key expires at the window's end, set by its first unit.
       redis.call('HINCRBY', key, 'c', 1)
     end
-    return string.format('1 %s 1 %d %d 0', now_text, limit - count - 1, ends - now)
+    return string.format('1 %s 1 %d %d 0', now_text, a.limit - count - 1, ends - now)
   end
   return nil
 end

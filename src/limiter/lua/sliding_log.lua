@@ -1,52 +1,204 @@
 -- sliding_log: the exact sliding-window log (docs/algorithms.md).
 --
--- The key is a sorted set of admitted units; score = admit time (µs). A unit
--- admitted at s counts while now - s < window, so any half-open interval of
--- length `window` holds at most `limit` units. Members are unique per request
--- (member, member.2, … for cost > 1), so same-microsecond requests from many
--- gateways never collapse. Denied requests add nothing: a key never holds more
--- than `limit` entries.
+-- A log of admitted units per key; each unit is its admission time (µs), its
+-- stamp. A unit stamped s counts while now - s < window, so any half-open
+-- interval of length `window` holds at most `limit` units. Denied requests
+-- add nothing: a key never holds more than `limit` live entries.
+--
+-- Stamps never go back: a unit is stamped max(now, the key's newest stamp,
+-- the latest time units were dropped from it as expired), so when Redis's
+-- clock steps back (NTP, a failover to a replica whose clock is behind) the
+-- new units are stamped no earlier than what the log already holds or has
+-- forgotten, and count at least as long as they would have. The log stays
+-- exact on its own timeline, never looser. (The drop time matters once a
+-- refund has removed the newest units: without it, a unit dropped at a
+-- later clock reading could be followed by one stamped within its window.)
+--
+-- Two layouts, by the limit:
+--
+-- - limit <= PACKED_MAX: a string at KEY .. '!l' (the suffix keeps it apart
+--   from the sorted set an earlier version kept at KEY, see below): a 24-byte
+--   header — base, expiry and the last drop time (µs), 8 bytes each,
+--   big-endian — then one 6-byte big-endian offset from base per unit,
+--   oldest first. A decision
+--   reads it with one GET; an admission APPENDs its units, and the string is
+--   rewritten (one SET … PXAT) only when the key is new, when its expiry
+--   would not outlive the new unit by a window, or when half of it has
+--   expired; the expiry is set half a window beyond what is needed, so a
+--   busy key only appends. 6 to 12 bytes per unit.
+-- - larger limits: a sorted set at KEY, score = stamp, member unique per
+--   request (member, member.2, … for cost > 1), and the last drop time at
+--   KEY .. '!h' (kept briefly: it matters only while the clock is behind
+--   it): past a few hundred units a GET of the whole string costs more than
+--   the sorted set's commands.
 local sliding_log = {}
 
--- Drops expired entries; returns whether `cost` more units fit, and the
--- state {count, oldest}. Reads the oldest entry first: when it is still in
--- the window (the usual case) nothing can be expired, and its score is the
--- reset that take and report need, so no second read is made.
-function sliding_log.peek(key, now, a)
+-- The largest limit kept as a packed string.
+local PACKED_MAX = 256
+local HEADER = 24
+local WIDTH = 6
+-- Offsets from base stay below this (2^47 µs, 4.4 years); a log that would
+-- pass it is rewritten on a new base.
+local MAX_OFFSET = 140737488355328
+
+-- Whether limit `a` is kept as a packed string (at its own key).
+function sliding_log.packed(a)
+  return a.algorithm == sliding_log and a.limit <= PACKED_MAX
+end
+
+local function log_of(key)
+  return key .. '!l'
+end
+
+-- The stamp of unit i (1-based) of the packed log `s`.
+local function stamp_at(s, i)
+  return s.base + struct.unpack('>I6', s.raw, HEADER + WIDTH * (i - 1) + 1)
+end
+
+-- The packed log at `key` read and split at the window: {raw, n units,
+-- first live unit, live count, base, expiry, oldest live, newest}. A value
+-- that is not a packed log (written by something else into sluice's name
+-- space) is dropped and the log starts afresh.
+local function read_packed(key, now, a)
+  local raw = redis.call('GET', log_of(key))
+  if raw and (#raw < HEADER or (#raw - HEADER) % WIDTH ~= 0) then
+    redis.call('DEL', log_of(key))
+    raw = false
+  end
+  if not raw then
+    return { n = 0, first = 1, count = 0, dropped = 0 }
+  end
+  local base, expires, dropped = struct.unpack('>lll', raw)
+  local s = { raw = raw, n = (#raw - HEADER) / WIDTH, base = base, expires = expires, dropped = dropped }
+  -- The first live unit: the first stamped after now - window (the log is
+  -- in stamp order). Usually the oldest is still live: one read.
+  local floor = now - a.window
+  local lo, hi = 1, s.n + 1
+  if s.n > 0 and stamp_at(s, 1) > floor then
+    hi = 1
+  end
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if stamp_at(s, mid) > floor then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  s.first = lo
+  s.count = s.n - lo + 1
+  if s.count > 0 then
+    s.oldest = stamp_at(s, lo)
+  end
+  if s.n > 0 then
+    s.newest = stamp_at(s, s.n)
+  end
+  return s
+end
+
+-- Logs `cost` units stamped `stamp` (>= every stamp logged) in the packed
+-- log `s`: appended, or the live units rewritten with them.
+local function write_packed(key, a, s, stamp)
+  if s.n > 0 and s.expires >= stamp + a.window and (s.first - 1) * 2 < s.n
+      and stamp - s.base < MAX_OFFSET then
+    redis.call('APPEND', log_of(key), string.rep(struct.pack('>I6', stamp - s.base), a.cost))
+    return
+  end
+  local base = s.base
+  local body = ''
+  if s.count == 0 then
+    base = stamp
+  elseif stamp - base < MAX_OFFSET then
+    body = string.sub(s.raw, HEADER + WIDTH * (s.first - 1) + 1)
+  else
+    base = s.oldest
+    local units = {}
+    for i = s.first, s.n do
+      units[#units + 1] = struct.pack('>I6', stamp_at(s, i) - base)
+    end
+    body = table.concat(units)
+  end
+  local expires = stamp + a.window + math.floor(a.window / 2)
+  -- Units before `first` are dropped now: no later stamp may come before
+  -- this one.
+  local dropped = s.dropped
+  if s.first > 1 then
+    dropped = math.max(dropped, stamp)
+  end
+  local header = struct.pack('>lll', base, expires, dropped)
+  local units = string.rep(struct.pack('>I6', stamp - base), a.cost)
+  redis.call('SET', log_of(key), header .. body .. units, 'PXAT', math.ceil(expires / 1000) + 1)
+end
+
+-- The sorted-set log of a large limit, split at the window (expired units
+-- dropped): {count, oldest, zset = true}.
+local function read_zset(key, now, a)
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
   if oldest ~= nil and tonumber(oldest) <= now - a.window then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
+    local dropped = tonumber(redis.call('GET', key .. '!h'))
+    if dropped == nil or dropped < now then
+      redis.call('SET', key .. '!h', string.format('%.0f', now), 'PX', 1000)
+    end
     oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
   end
   if oldest == nil then
-    return a.cost <= a.limit, { count = 0 }
+    return { zset = true, count = 0 }
   end
   local count = redis.call('ZCARD', key)
-  return count + a.cost <= a.limit, { count = count, oldest = tonumber(oldest) }
+  return { zset = true, count = count, oldest = tonumber(oldest) }
 end
 
-local function oldest_frees(key, now, a, rank)
-  return redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2] + a.window - now
+-- The stamp of the rank-th (0-based) live unit of the log `s`.
+local function live_stamp(key, s, rank)
+  if s.zset then
+    return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+  end
+  return stamp_at(s, math.min(s.first + rank, s.n))
 end
 
--- Consumes `cost` units; returns remaining, reset.
-function sliding_log.take(key, now, a, s, member)
-  redis.call('ZADD', key, now, member)
+-- The earliest stamp a new unit may have: the newest logged at `key`, or
+-- the last time units were dropped from it, whichever is later (0 if none).
+local function newest(key, s)
+  if not s.zset then
+    return math.max(s.newest or 0, s.dropped)
+  end
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  local dropped = redis.call('GET', key .. '!h')
+  return math.max(tonumber(last) or 0, tonumber(dropped) or 0)
+end
+
+-- Logs `cost` units stamped `stamp`, and sets the key's expiry (`now` for
+-- the sorted set's relative one).
+local function log_units(key, now, a, s, stamp, member)
+  if not s.zset then
+    write_packed(key, a, s, stamp)
+    return
+  end
+  redis.call('ZADD', key, stamp, member)
   for j = 2, a.cost do
-    redis.call('ZADD', key, now, member .. '.' .. j)
+    redis.call('ZADD', key, stamp, member .. '.' .. j)
   end
-  local last = now
-  if a.delay > 0 and s.count > 0 then
-    -- Reservations may lie in the future: the key lives until the last
-    -- one leaves the window.
-    last = math.max(now, tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]))
+  redis.call('PEXPIRE', key, math.ceil((stamp - now + a.window) / 1000) + 1)
+end
+
+-- Returns whether `cost` more units fit, and the state.
+function sliding_log.peek(key, now, a)
+  local s
+  if a.limit <= PACKED_MAX then
+    s = read_packed(key, now, a)
+  else
+    s = read_zset(key, now, a)
   end
-  redis.call('PEXPIRE', key, math.ceil((last - now + a.window) / 1000) + 1)
-  local reset = a.window
-  if s.count > 0 then
-    reset = s.oldest + a.window - now
-  end
-  return a.limit - s.count - a.cost, reset
+  return s.count + a.cost <= a.limit, s
+end
+
+-- Consumes `cost` units, stamped max(now, newest); returns remaining, reset.
+function sliding_log.take(key, now, a, s, member)
+  local stamp = math.max(now, newest(key, s))
+  log_units(key, now, a, s, stamp, member)
+  local first = s.count > 0 and s.oldest or stamp
+  return a.limit - s.count - a.cost, first + a.window - now
 end
 
 -- Reports without consuming: remaining, reset, retry_after.
@@ -57,30 +209,61 @@ function sliding_log.report(key, now, a, s)
   local retry = 0
   local excess = s.count + a.cost - a.limit
   if excess > 0 then
-    retry = oldest_frees(key, now, a, excess - 1)
+    retry = live_stamp(key, s, excess - 1) + a.window - now
   end
   return math.max(a.limit - s.count, 0), s.oldest + a.window - now, retry
 end
 
--- Gives back the units `member` took.
-function sliding_log.refund(key, a, member, taken)
-  redis.call('ZREM', key, member)
-  for j = 2, a.cost do
-    redis.call('ZREM', key, member .. '.' .. j)
+-- Gives back the units a request took at `taken` (Redis time; 0: the
+-- request's units are still to come, a reservation given back, so `now`):
+-- the sorted set's by member; the packed log's as the `cost` oldest units
+-- stamped at or after `taken`. Those are the request's own, or units logged
+-- before it whose stamps are at least as late (the clock stepped back, or a
+-- reservation): removing one of those instead keeps the request's later
+-- stamp, never looser.
+function sliding_log.refund(key, a, member, taken, now)
+  if a.limit > PACKED_MAX then
+    redis.call('ZREM', key, member)
+    for j = 2, a.cost do
+      redis.call('ZREM', key, member .. '.' .. j)
+    end
+    return
   end
+  if taken == 0 then
+    taken = now
+  end
+  local s = read_packed(key, 0, { window = 0 })
+  if s.n == 0 then
+    return
+  end
+  local lo, hi = 1, s.n + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if stamp_at(s, mid) >= taken then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  if lo > s.n then
+    return
+  end
+  local last = math.min(s.n, lo + a.cost - 1)
+  local kept = string.sub(s.raw, 1, HEADER + WIDTH * (lo - 1)) .. string.sub(s.raw, HEADER + WIDTH * last + 1)
+  redis.call('SET', log_of(key), kept, 'KEEPTTL')
 end
 
 -- For a limit that delays: the wait until `cost` more units fit, given the
 -- units already admitted or reserved (some may lie in the future). The units
 -- go at the time the unit that blocks them leaves the window, and never
--- before the last reservation, so any window holds at most `limit`.
+-- before the newest stamp, so any window holds at most `limit`.
 function sliding_log.wait(key, now, a, s)
   local excess = s.count + a.cost - a.limit
   if excess <= 0 or a.cost > a.limit then
     return nil
   end
-  local at = oldest_frees(key, now, a, excess - 1) + now
-  local last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  local at = live_stamp(key, s, excess - 1) + a.window
+  local last = newest(key, s)
   if last > at then
     at = last
   end
@@ -90,10 +273,6 @@ end
 
 -- Reserves `cost` units at the time `wait` found; returns remaining, reset.
 function sliding_log.reserve(key, now, a, s, member)
-  redis.call('ZADD', key, s.at, member)
-  for j = 2, a.cost do
-    redis.call('ZADD', key, s.at, member .. '.' .. j)
-  end
-  redis.call('PEXPIRE', key, math.ceil((s.at - now + a.window) / 1000) + 1)
+  log_units(key, now, a, s, s.at, member)
   return 0, s.oldest + a.window - now
 end
