@@ -43,6 +43,8 @@ fn decide_both(
     );
     let reply: String = command.query(&mut redis.connection()).expect("FCALL batch");
     let mut lines = reply.lines().map(str::to_string);
+    let now = lines.next().expect("the batch's time");
+    assert!(now.parse::<u64>().is_ok(), "{reply}");
     let first = lines.next().expect("the fast decision's line");
     let second = lines.next().expect("the general decision's line");
     (first, second)

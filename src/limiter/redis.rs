@@ -779,10 +779,14 @@ impl RedisLimiter {
             }
         };
         let mut lines = text.split(|&b| b == b'\n');
+        let now = lines
+            .next()
+            .and_then(|line| std::str::from_utf8(line).ok()?.parse::<i64>().ok());
         for mut queued in chunk {
-            let decoded = match lines.next() {
-                Some(line) => parse_batch_line(line),
-                None => Err(LimiterError::Server("batch reply too short".into())),
+            let decoded = match (lines.next(), now) {
+                (Some(line), Some(now)) => parse_batch_line(line, now),
+                (_, None) => Err(LimiterError::Server("batch reply without its time".into())),
+                (None, _) => Err(LimiterError::Server("batch reply too short".into())),
             };
             match (&queued.reply, &decoded) {
                 // Answered by on_error already, and Redis admitted it.

@@ -323,20 +323,77 @@ pub fn take_args(checks: &[LimitCheck<'_>], member: &str) -> Vec<Vec<u8>> {
 }
 
 /// Appends the batch-mode arguments of the decide code to `command` (a
-/// call that already carries every decision's keys, in order): `*`, the
-/// number of decisions, then per decision its key count and its own
-/// arguments (from [`push_args`] or [`take_args`]).
+/// call that already carries every decision's keys, in order), from each
+/// decision's key count and its own arguments (from [`push_args`] or
+/// [`take_args`]): `+`, each distinct limit once (its six arguments), then
+/// per decision a head and its limits' indices — head `k` for a `take` that
+/// needs no member, else `k:op:taken` and the member after the indices (see
+/// `lua/decide.lua`). A batch of requests to a few routes sends each
+/// route's limits once instead of once per request.
 pub fn push_batch<'a>(
     command: &mut redis::Cmd,
-    decisions: impl ExactSizeIterator<Item = (usize, &'a [Vec<u8>])>,
+    decisions: impl ExactSizeIterator<Item = (usize, &'a [Vec<u8>])> + Clone,
 ) {
-    command.arg("*").arg(decisions.len());
-    for (keys, args) in decisions {
-        command.arg(keys);
-        for arg in args {
+    let mut specs: Vec<&'a [Vec<u8>]> = Vec::new();
+    for (keys, args) in decisions.clone() {
+        for spec in limits_of(args, keys) {
+            if !specs.contains(&spec) {
+                specs.push(spec);
+            }
+        }
+    }
+    command.arg("+").arg(specs.len());
+    for spec in &specs {
+        for arg in *spec {
             command.arg(arg.as_slice());
         }
     }
+    command.arg(decisions.len());
+    for (keys, args) in decisions {
+        let (member, op, taken) = match args {
+            [member, op, taken, ..] => (member.as_slice(), op.as_slice(), taken.as_slice()),
+            _ => (&b""[..], &b"take"[..], &b"0"[..]),
+        };
+        let limits: Vec<&[Vec<u8>]> = limits_of(args, keys).collect();
+        let with_member = op != b"take" || limits.iter().any(|spec| needs_member(spec));
+        if with_member {
+            let mut head = format!("{keys}:").into_bytes();
+            head.extend_from_slice(op);
+            head.push(b':');
+            head.extend_from_slice(taken);
+            command.arg(head);
+        } else {
+            command.arg(keys);
+        }
+        for spec in &limits {
+            let index = specs.iter().position(|s| s == spec).unwrap_or(0) + 1;
+            command.arg(index);
+        }
+        if with_member {
+            command.arg(member);
+        }
+    }
+}
+
+/// The six arguments of each of a decision's `keys` limits, after its
+/// member, op and time.
+fn limits_of(args: &[Vec<u8>], keys: usize) -> impl Iterator<Item = &[Vec<u8>]> {
+    args.get(3..).unwrap_or_default().chunks_exact(6).take(keys)
+}
+
+/// Whether a limit (its six arguments) keeps its units under the request's
+/// member: a `concurrency` lease, or a `sliding_log` kept as a sorted set.
+fn needs_member(spec: &[Vec<u8>]) -> bool {
+    let code = |algorithm: Algorithm| wire_code(algorithm).0.to_string().into_bytes();
+    let limit = std::str::from_utf8(&spec[1])
+        .ok()
+        .and_then(|l| l.parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    spec[0]
+        == code(Algorithm::Concurrency {
+            lease: Duration::ZERO,
+        })
+        || (spec[0] == code(Algorithm::SlidingLog) && limit > PACKED_LOG_MAX)
 }
 
 /// TCP settings for every Redis connection: `TCP_NODELAY`, as every Redis
@@ -468,8 +525,20 @@ pub(super) fn parse_reply(
     decode_reply(&values, n)
 }
 
-/// One decision's line of a batch reply: its numbers, or `!` and its error.
-pub(super) fn parse_batch_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
+/// One decision's line of a batch reply (whose first line is `now`): its
+/// numbers with `now` put back second, as a single decision's reply has
+/// them, or `!` and its error.
+pub(super) fn parse_batch_line(line: &[u8], now: i64) -> Result<Vec<i64>, LimiterError> {
+    let mut values = parse_line(line)?;
+    if values.is_empty() {
+        return Err(LimiterError::Server("empty line in a batch reply".into()));
+    }
+    values.insert(1, now);
+    Ok(values)
+}
+
+/// A line of numbers separated by spaces, or `!` and an error.
+pub(super) fn parse_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
     if let Some(message) = line.strip_prefix(b"!") {
         let message = String::from_utf8_lossy(message).into_owned();
         let code = message.split(' ').next().unwrap_or("").to_string();
@@ -603,20 +672,65 @@ mod tests {
 
     #[test]
     fn batch_lines() {
+        let now = 1_764_000_000_000_000;
         assert_eq!(
-            parse_batch_line(b"1 1764000000000000 1 4 10000000 0").unwrap(),
-            vec![1, 1_764_000_000_000_000, 1, 4, 10_000_000, 0]
+            parse_batch_line(b"1 1 4 10000000 0", now).unwrap(),
+            vec![1, now, 1, 4, 10_000_000, 0]
         );
         assert!(matches!(
-            parse_batch_line(b"!WRONGTYPE Operation against a key"),
+            parse_batch_line(b"!WRONGTYPE Operation against a key", now),
             Err(LimiterError::Server(m)) if m.starts_with("WRONGTYPE")
         ));
         assert!(matches!(
-            parse_batch_line(b"!BUSY Redis is busy"),
+            parse_batch_line(b"!BUSY Redis is busy", now),
             Err(LimiterError::Unavailable(_))
         ));
-        assert!(parse_batch_line(b"1 x").is_err());
-        assert!(parse_batch_line(b"").is_err());
+        assert!(parse_batch_line(b"1 x", now).is_err());
+        assert!(parse_batch_line(b"", now).is_err());
+    }
+
+    /// Each distinct limit goes once; a decision names its limits by index,
+    /// and carries a member only where a limit keeps one (or it is not a
+    /// `take`).
+    #[test]
+    fn a_batch_sends_each_limit_once() {
+        let window = Duration::from_secs(60);
+        let log = LimitCheck::plain("a", 5, window, Algorithm::SlidingLog);
+        let big = LimitCheck::plain("b", PACKED_LOG_MAX + 1, window, Algorithm::SlidingLog);
+        let decisions = [
+            take_args(&[log], "m-1"),
+            take_args(&[LimitCheck { key: "c", ..log }], "m-2"),
+            take_args(&[log, big], "m-3"),
+        ];
+        let mut command = redis::cmd("FCALL");
+        push_batch(
+            &mut command,
+            decisions
+                .iter()
+                .map(|args| ((args.len() - 3) / 6, args.as_slice())),
+        );
+        let args: Vec<String> = command
+            .args_iter()
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            })
+            .collect();
+        let spec = |limit: u64| {
+            vec![
+                "1".to_string(),
+                limit.to_string(),
+                "60000000".into(),
+                "1".into(),
+                "0".into(),
+                "0".into(),
+            ]
+        };
+        let mut expected: Vec<String> = vec!["FCALL".into(), "+".into(), "2".into()];
+        expected.extend(spec(5));
+        expected.extend(spec(PACKED_LOG_MAX + 1));
+        expected.extend(["3", "1", "1", "1", "1", "2:take:0", "1", "2", "m-3"].map(String::from));
+        assert_eq!(args, expected);
     }
 
     /// I/O errors as redis-rs reports them, what each must classify as,

@@ -19,15 +19,19 @@
 --          it denies it for that long whatever the count, held at
 --          KEYS[i] .. '!b'.
 --
--- A batch of decisions (concurrent requests of one gateway, in one call):
--- ARGV[1] = '*' (never a member), ARGV[2] = the number of decisions; then, per
--- decision, its key count k followed by its own 3 + 6k arguments as above.
--- KEYS holds every decision's keys, in order. The decisions run one after
--- the other, exactly as separate calls would, with one clock reading. The
--- reply is one string, a line per decision: its reply's numbers separated by
--- spaces, or `!` and that decision's error (one foreign key fails its own
--- decision, not the batch). One string costs the gateway one value to parse
--- instead of six per decision.
+-- A batch of decisions (concurrent requests of one gateway, in one call),
+-- with each distinct limit sent once: ARGV[1] = '+' (never a member),
+-- ARGV[2] = the number of distinct limits S, then S × 6 arguments (a limit's
+-- six, as above), then the number of decisions D, then per decision a head
+-- and its limits' indices (1-based, into the S): head `k` for a 'take' of k
+-- limits that needs no member (no concurrency limit, no sorted-set log),
+-- else `k:op:taken` followed, after the indices, by the member. KEYS holds
+-- every decision's keys, in order. The decisions run one after the other,
+-- exactly as separate calls would, with one clock reading. The reply is one
+-- string: a line with `now`, then a line per decision: its reply's numbers
+-- but `now`, separated by spaces, or `!` and that decision's error (one
+-- foreign key fails its own decision, not the batch). One string costs the
+-- gateway one value to parse instead of six per decision.
 --
 -- The clock is Redis's own (TIME), never the gateway's. The request is admitted
 -- if every non-shadow limit admits it; then each limit that admits it consumes
@@ -98,47 +102,42 @@ local function box_of(key)
   return key .. '!b'
 end
 
--- One decision over KEYS[ko + 1 .. ko + n], its arguments from ARGV[o + 1].
-local function decide(ko, n, o)
-  local member = call_args[o + 1]
-  local limits = limit_pool
-  for i = 1, n do
-    local b = o + 4 + 6 * (i - 1)
-    local a = limits[i]
-    if a == nil then
-      a = {}
-      limits[i] = a
-    end
-    a.algorithm = algorithms[tonumber(call_args[b])]
-    a.limit = tonumber(call_args[b + 1])
-    a.window = tonumber(call_args[b + 2])
-    a.cost = tonumber(call_args[b + 3])
-    a.param = tonumber(call_args[b + 4])
-    a.bounds = call_args[b + 4]
-    -- The mode is a number, or 'mode:max_delay' for a limit that delays
-    -- (`on_limit: delay`): a request that would fit within max_delay µs
-    -- reserves its units at the time they free and is admitted with that
-    -- wait as its retry_after.
-    local mode = tonumber(call_args[b + 5])
-    a.delay = 0
-    if mode == nil then
-      local m, d = string.match(call_args[b + 5], '^(%d+):(%d+)$')
-      mode, a.delay = tonumber(m), tonumber(d)
-    end
-    a.shadow = mode % 2 == 1
-    a.deferred = math.floor(mode / 2) % 2 == 1
-    a.block = math.floor(mode / 4)
+-- Limit `a` (a table, reused) from its six arguments at ARGV[b ..].
+local function parse_limit(a, b)
+  a.algorithm = algorithms[tonumber(call_args[b])]
+  a.limit = tonumber(call_args[b + 1])
+  a.window = tonumber(call_args[b + 2])
+  a.cost = tonumber(call_args[b + 3])
+  a.param = tonumber(call_args[b + 4])
+  a.bounds = call_args[b + 4]
+  -- The mode is a number, or 'mode:max_delay' for a limit that delays
+  -- (`on_limit: delay`): a request that would fit within max_delay µs
+  -- reserves its units at the time they free and is admitted with that
+  -- wait as its retry_after.
+  local mode = tonumber(call_args[b + 5])
+  a.delay = 0
+  if mode == nil then
+    local m, d = string.match(call_args[b + 5], '^(%d+):(%d+)$')
+    mode, a.delay = tonumber(m), tonumber(d)
   end
+  a.shadow = mode % 2 == 1
+  a.deferred = math.floor(mode / 2) % 2 == 1
+  a.block = math.floor(mode / 4)
+  return a
+end
 
-  if call_args[o + 2] == 'refund' then
-    local taken = tonumber(call_args[o + 3])
+-- One decision over KEYS[ko + 1 .. ko + n] and `limits` (n of them): `op`
+-- ('take', 'refund', 'add', 'peek', 'reset') for `member`, which took its
+-- units at `taken` (a refund).
+local function decide_limits(ko, n, member, op, taken, limits)
+  if op == 'refund' then
     for i = 1, n do
       limits[i].algorithm.refund(call_keys[ko + i], limits[i], member, taken, now)
     end
     return { 1 }
   end
 
-  if call_args[o + 2] == 'reset' then
+  if op == 'reset' then
     for i = 1, n do
       local key = call_keys[ko + i]
       redis.call('DEL', key, box_of(key), key .. '!l')
@@ -147,9 +146,9 @@ local function decide(ko, n, o)
   end
 
   -- 'peek' reports as 'take' would, consuming nothing and boxing nobody.
-  local peeking = call_args[o + 2] == 'peek'
+  local peeking = op == 'peek'
 
-  if call_args[o + 2] == 'add' then
+  if op == 'add' then
     for i = 1, n do
       local key = call_keys[ko + i]
       local _, state = peek(key, limits[i])
@@ -223,6 +222,16 @@ local function decide(ko, n, o)
   return out
 end
 
+-- One decision in the single form: KEYS[ko + 1 .. ko + n], its arguments
+-- from ARGV[o + 1] (member, op, taken, then six per limit).
+local function decide(ko, n, o)
+  local limits = limit_pool
+  for i = 1, n do
+    limits[i] = parse_limit(limits[i] or {}, o + 4 + 6 * (i - 1))
+  end
+  return decide_limits(ko, n, call_args[o + 1], call_args[o + 2], tonumber(call_args[o + 3]), limits)
+end
+
 -- Renewal of the concurrency leases one gateway holds (ARGV[1] = '~', never
 -- a member): per lease i, KEYS[i] and ARGV[2 + 3(i-1) ..]: its member, its
 -- `lease` (µs) and its cost. A lease still held ends `lease` from now; one
@@ -261,52 +270,104 @@ local function line_format(count)
 end
 
 -- The common decision, with the fewest calls: one limit, 'take', cost 1, no
--- shadow, deferral, penalty box or delay, on sliding_log or fixed_window. Its
--- arguments start at ARGV[o + 1] (the member). Returns the decision's line,
--- admitted or denied; nil, having written nothing, for anything else
--- (another algorithm or mode): `decide` then takes it, as it takes a
--- decision whose key holds another type (the error is raised before
--- anything is written). It runs the algorithms' own peek, take and report
--- (a test holds the two paths in step); what it saves is the general
--- path's argument parsing, tables and pcalls.
-local fast_limit = { cost = 1, delay = 0, param = 0 }
-local function fast(key, o, now_text)
-  if call_args[o + 2] ~= 'take' or call_args[o + 9] ~= '0' or call_args[o + 7] ~= '1' then
-    return nil
-  end
-  local algorithm = call_args[o + 4]
-  local a = fast_limit
-  a.limit = tonumber(call_args[o + 5])
-  a.window = tonumber(call_args[o + 6])
-  if algorithm == '1' then
+-- shadow, deferral, penalty box or delay, on sliding_log or fixed_window
+-- (`a.fast`, set when the batch's limits are read). Returns the decision's
+-- line, admitted or denied; nil, having written nothing, for anything else:
+-- the general path then takes it, as it takes a decision whose key holds
+-- another type (the error is raised before anything is written). It runs
+-- the algorithms' own peek, take and report (a test holds the two paths in
+-- step); what it saves is the general path's tables and protected calls.
+local function fast(key, a, member)
+  if a.algorithm == sliding_log then
     local fits, s = sliding_log.peek(key, now, a)
     if not fits then
       local remaining, reset, retry = sliding_log.report(key, now, a, s)
-      return string.format('0 %s 0 %d %d %d', now_text, remaining, reset, retry)
+      return string.format('0 0 %d %d %d', remaining, reset, retry)
     end
-    local remaining, reset = sliding_log.take(key, now, a, s, call_args[o + 1])
-    return string.format('1 %s 1 %d %d 0', now_text, remaining, reset)
-  elseif algorithm == '3' then
-    local current = (now - math.fmod(now, a.window)) / a.window
-    local stored = redis.call('HMGET', key, 'w', 'c')
-    local count = 0
-    if stored[1] and tonumber(stored[1]) == current then
-      count = tonumber(stored[2]) or 0
-    end
-    if count + 1 > a.limit then
-      return nil
-    end
-    local ends = (current + 1) * a.window
-    if count == 0 then
-      redis.call('HSET', key, 'w', string.format('%.0f', current), 'c', 1)
-      redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + 1)
-    else
-      -- The key expires at the window's end, set by its first unit.
-      redis.call('HINCRBY', key, 'c', 1)
-    end
-    return string.format('1 %s 1 %d %d 0', now_text, a.limit - count - 1, ends - now)
+    local remaining, reset = sliding_log.take(key, now, a, s, member)
+    return string.format('1 1 %d %d 0', remaining, reset)
   end
-  return nil
+  local current = (now - math.fmod(now, a.window)) / a.window
+  local stored = redis.call('HMGET', key, 'w', 'c')
+  local count = 0
+  if stored[1] and tonumber(stored[1]) == current then
+    count = tonumber(stored[2]) or 0
+  end
+  if count + 1 > a.limit then
+    return nil
+  end
+  local ends = (current + 1) * a.window
+  if count == 0 then
+    redis.call('HSET', key, 'w', string.format('%.0f', current), 'c', 1)
+    redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + 1)
+  else
+    -- The key expires at the window's end, set by its first unit.
+    redis.call('HINCRBY', key, 'c', 1)
+  end
+  return string.format('1 1 %d %d 0', a.limit - count - 1, ends - now)
+end
+
+-- Limits read once per batch (their tables reused from one call to the next).
+local spec_pool = {}
+
+-- The batch's distinct limits, from ARGV[first + 1] (their count) on;
+-- returns them and the index of the argument after them.
+local function read_specs(first)
+  local count = tonumber(call_args[first + 1])
+  local specs = spec_pool
+  for j = 1, count do
+    local b = first + 2 + 6 * (j - 1)
+    local a = parse_limit(specs[j] or {}, b)
+    a.fast = call_args[b + 5] == '0' and a.cost == 1
+      and (a.algorithm == sliding_log or a.algorithm == fixed_window)
+    specs[j] = a
+  end
+  return specs, first + 2 + 6 * count
+end
+
+-- A batch in the compact form (see the top of this file).
+local function run_batch(first)
+  local specs, o = read_specs(first)
+  local lines = { string.format('%d', now) }
+  local limits = limit_pool
+  local ko = 0
+  for d = 1, tonumber(call_args[o]) do
+    o = o + 1
+    local head = call_args[o]
+    local n = tonumber(head)
+    local op, taken, member = 'take', 0, nil
+    if n == nil then
+      local k, p, t = string.match(head, '^(%d+):(%a+):(%-?%d+)$')
+      n, op, taken = tonumber(k), p, tonumber(t)
+      member = call_args[o + n + 1]
+    end
+    for i = 1, n do
+      limits[i] = specs[tonumber(call_args[o + i])]
+    end
+    local line = nil
+    if n == 1 and op == 'take' and limits[1].fast then
+      local ok, fast_line = pcall(fast, call_keys[ko + 1], limits[1], member)
+      if ok then
+        line = fast_line
+      end
+    end
+    if line == nil then
+      local ok, reply = pcall(decide_limits, ko, n, member, op, taken, limits)
+      if ok then
+        local count = #reply
+        -- Its numbers but `now` (the batch's first line).
+        table.remove(reply, 2)
+        line = string.format(formats[count - 1] or line_format(count - 1), unpack(reply))
+      else
+        local message = type(reply) == 'table' and reply.err or tostring(reply)
+        line = '!' .. string.gsub(message, '\n', ' ')
+      end
+    end
+    lines[d + 1] = line
+    ko = ko + n
+    o = o + n + (member and 1 or 0)
+  end
+  return table.concat(lines, '\n')
 end
 
 -- One call: a single decision, or a batch (ARGV[1] = '*'). Either may come
@@ -331,34 +392,8 @@ local function run(keys, argv)
   if call_args[first] == '~' then
     return renew(first)
   end
-  if call_args[first] ~= '*' then
-    return decide(0, #call_keys, first - 1)
+  if call_args[first] == '+' then
+    return run_batch(first)
   end
-  local lines = {}
-  local ko, o = 0, first + 1
-  local now_text = string.format('%d', now)
-  for d = 1, tonumber(call_args[first + 1]) do
-    local n = tonumber(call_args[o + 1])
-    local line = nil
-    if n == 1 then
-      local ok, fast_line = pcall(fast, call_keys[ko + 1], o + 1, now_text)
-      if ok then
-        line = fast_line
-      end
-    end
-    if line == nil then
-      local ok, reply = pcall(decide, ko, n, o + 1)
-      if ok then
-        local count = #reply
-        line = string.format(formats[count] or line_format(count), unpack(reply))
-      else
-        local message = type(reply) == 'table' and reply.err or tostring(reply)
-        line = '!' .. string.gsub(message, '\n', ' ')
-      end
-    end
-    lines[d] = line
-    ko = ko + n
-    o = o + 1 + 3 + 6 * n
-  end
-  return table.concat(lines, '\n')
+  return decide(0, #call_keys, first - 1)
 end
