@@ -172,7 +172,7 @@ routes:
 /// removes only the request's own member, harmless if Redis never ran it).
 #[test]
 fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout() {
-    let (_redis, left) = stall_past_the_response_timeout(300, "1/300", "dave");
+    let (_redis, left) = stall_past_the_response_timeout(2000, "1/2000", "dave");
     assert_eq!(left, 2, "the refused request's unit is given back");
 }
 

@@ -388,19 +388,21 @@ const MEMORY_UNITS: u64 = 1_000_000;
 /// gateway logs them) for the packed log and the sorted set, at 10, 100 and
 /// 1,000 entries a key.
 fn memory_table(redis: &RedisServer, code: &Code) -> String {
-    let mut out = String::from(
+    let mut out = format!(
         "**Memory per logged admission** (`sliding_log`, `MEMORY USAGE` summed over 10,000 keys (1,000 at 1,000 entries), each built by single-unit decisions, divided by the units logged):\n\n\
-         | entries a key | packed string (limit ≤ 256) | sorted set (larger limits) |\n|---|---|---|\n",
+         | entries a key | packed string (limits up to {max}) | sorted set (larger limits) |\n|---|---|---|\n",
+        max = sluice::limiter::wire::PACKED_LOG_MAX,
     );
     let mut conn = redis.connection();
     for entries in [10u64, 100, 1000] {
         let packed = (entries <= sluice::limiter::wire::PACKED_LOG_MAX)
             .then(|| bytes_per_entry(&mut conn, code, "packed", entries, entries));
-        let sorted = bytes_per_entry(&mut conn, code, "sorted", entries, entries.max(1000));
+        let large = sluice::limiter::wire::PACKED_LOG_MAX + 1;
+        let sorted = bytes_per_entry(&mut conn, code, "sorted", entries, entries.max(large));
         let _ = writeln!(
             out,
             "| {entries} | {} | {sorted:.1} bytes |",
-            packed.map_or("— (a sorted set above 256)".to_string(), |b| format!(
+            packed.map_or("— (a sorted set)".to_string(), |b| format!(
                 "{b:.1} bytes"
             ))
         );

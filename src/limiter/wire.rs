@@ -230,7 +230,7 @@ pub(super) fn wire_code(algorithm: Algorithm) -> (u8, u64) {
 /// The largest `sliding_log` limit whose log Redis keeps as a packed string
 /// of stamps (`lua/sliding_log.lua`'s `PACKED_MAX`; a test holds the two
 /// equal). Larger limits keep a sorted set of members.
-pub const PACKED_LOG_MAX: u64 = 256;
+pub const PACKED_LOG_MAX: u64 = 1024;
 
 /// How a limit's units are given back, from its wire arguments (its six, as
 /// [`push_args`] writes them). A packed `sliding_log` gives back by stamp

@@ -34,7 +34,7 @@
 local sliding_log = {}
 
 -- The largest limit kept as a packed string.
-local PACKED_MAX = 256
+local PACKED_MAX = 1024
 local HEADER = 24
 local WIDTH = 6
 -- Offsets from base stay below this (2^47 µs, 4.4 years); a log that would
