@@ -469,14 +469,9 @@ impl Limiter for ClusterLimiter {
     /// Connected once the cluster connection is (a primary that is not
     /// only sends its keys to `on_error`, as its circuit says).
     fn link(&self) -> Link {
-        if self.current().is_some() {
-            Link::Connected
-        } else if self.connection.attempted() {
-            Link::Unreachable
-        } else {
-            Link::Starting
-        }
+        self.connection.link()
     }
+
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],

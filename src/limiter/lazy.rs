@@ -45,6 +45,18 @@ impl<C: Clone> LazyConnection<C> {
         self.attempted.load(Ordering::Acquire)
     }
 
+    /// Where the slot stands: connected, the first connect still running,
+    /// or not connected after an attempt.
+    pub(super) fn link(&self) -> super::Link {
+        if self.current().is_some() {
+            super::Link::Connected
+        } else if self.attempted() {
+            super::Link::Unreachable
+        } else {
+            super::Link::Starting
+        }
+    }
+
     /// Forgets the connection; the next `get` connects again.
     pub(super) fn clear(&self) {
         *self.slot.write_locked() = None;

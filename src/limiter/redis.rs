@@ -853,14 +853,9 @@ impl Limiter for RedisLimiter {
     }
 
     fn link(&self) -> Link {
-        if self.current().is_some() {
-            Link::Connected
-        } else if self.connection.attempted() {
-            Link::Unreachable
-        } else {
-            Link::Starting
-        }
+        self.connection.link()
     }
+
     async fn check(
         &self,
         checks: &[LimitCheck<'_>],

@@ -60,16 +60,17 @@ end
 -- that is not a packed log (written by something else into sluice's name
 -- space) is dropped and the log starts afresh.
 local function read_packed(key, now, a)
-  local raw = redis.call('GET', log_of(key))
+  local log = log_of(key)
+  local raw = redis.call('GET', log)
   if raw and (#raw < HEADER or (#raw - HEADER) % WIDTH ~= 0) then
-    redis.call('DEL', log_of(key))
+    redis.call('DEL', log)
     raw = false
   end
   if not raw then
-    return { n = 0, first = 1, count = 0, dropped = 0 }
+    return { log = log, n = 0, first = 1, count = 0, dropped = 0 }
   end
   local base, expires, dropped = struct.unpack('>lll', raw)
-  local s = { raw = raw, n = (#raw - HEADER) / WIDTH, base = base, expires = expires, dropped = dropped }
+  local s = { log = log, raw = raw, n = (#raw - HEADER) / WIDTH, base = base, expires = expires, dropped = dropped }
   -- The first live unit: the first stamped after now - window (the log is
   -- in stamp order). Usually the oldest is still live: one read.
   local floor = now - a.window
@@ -101,7 +102,7 @@ end
 local function write_packed(key, a, s, stamp)
   if s.n > 0 and s.expires >= stamp + a.window and (s.first - 1) * 2 < s.n
       and stamp - s.base < MAX_OFFSET then
-    redis.call('APPEND', log_of(key), string.rep(struct.pack('>I6', stamp - s.base), a.cost))
+    redis.call('APPEND', s.log, string.rep(struct.pack('>I6', stamp - s.base), a.cost))
     return
   end
   local base = s.base
@@ -127,7 +128,7 @@ local function write_packed(key, a, s, stamp)
   end
   local header = struct.pack('>lll', base, expires, dropped)
   local units = string.rep(struct.pack('>I6', stamp - base), a.cost)
-  redis.call('SET', log_of(key), header .. body .. units, 'PXAT', math.ceil(expires / 1000) + 1)
+  redis.call('SET', s.log, header .. body .. units, 'PXAT', math.ceil(expires / 1000) + 1)
 end
 
 -- The sorted-set log of a large limit, split at the window (expired units
@@ -250,7 +251,7 @@ function sliding_log.refund(key, a, member, taken, now)
   end
   local last = math.min(s.n, lo + a.cost - 1)
   local kept = string.sub(s.raw, 1, HEADER + WIDTH * (lo - 1)) .. string.sub(s.raw, HEADER + WIDTH * last + 1)
-  redis.call('SET', log_of(key), kept, 'KEEPTTL')
+  redis.call('SET', s.log, kept, 'KEEPTTL')
 end
 
 -- For a limit that delays: the wait until `cost` more units fit, given the
