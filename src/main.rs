@@ -7,6 +7,7 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
+use pingora::services::ServiceHandle;
 use sluice::access_log::{AccessLog, QUEUE_LINES};
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
@@ -177,14 +178,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     // --daemon parent it may exit) runs as a service, after daemonizing:
     // the listeners start once it is done.
     let bootstrap = server.bootstrap_as_a_service();
-    // The limiter connects to Redis (within its connect budget) before the
-    // proxy's and the rate-limit service's listeners accept: the first
-    // request is decided by Redis, not by a fallback.
-    let warm_up = server.add_service(background_service(
-        "sluice limiter connect",
-        LimiterWarmUp::new(Arc::clone(&state)),
-    ));
-    warm_up.add_dependency(&bootstrap);
+    let warm_up = add_warm_up(&mut server, &state, &bootstrap);
 
     let (proxy, mut listening) = proxy_service(&server, &state, &metrics)?;
     if let Some((addr, bound)) = rls_listener {
@@ -216,6 +210,23 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
 
     log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");
     server.run_forever()
+}
+
+/// Adds the service that connects the limiter to Redis (within its connect
+/// budget) after `bootstrap`; the proxy's and the rate-limit service's
+/// listeners depend on it, so the first request is decided by Redis, not by
+/// a fallback.
+fn add_warm_up(
+    server: &mut Server,
+    state: &SharedState,
+    bootstrap: &ServiceHandle,
+) -> ServiceHandle {
+    let warm_up = server.add_service(background_service(
+        "sluice limiter connect",
+        LimiterWarmUp::new(Arc::clone(state)),
+    ));
+    warm_up.add_dependency(bootstrap);
+    warm_up
 }
 
 /// Pingora's settings from `config.server`.
