@@ -140,7 +140,7 @@ local function decide_limits(ko, n, member, op, taken, limits)
   if op == 'reset' then
     for i = 1, n do
       local key = call_keys[ko + i]
-      redis.call('DEL', key, box_of(key), key .. '!l')
+      redis.call('DEL', key, box_of(key), key .. '!l', key .. '!h')
     end
     return { 1 }
   end

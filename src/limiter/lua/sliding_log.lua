@@ -28,8 +28,8 @@
 --   busy key only appends. 6 to 12 bytes per unit.
 -- - larger limits: a sorted set at KEY, score = stamp, member unique per
 --   request (member, member.2, … for cost > 1), and the last drop time at
---   KEY .. '!h' (kept briefly: it matters only while the clock is behind
---   it): past a few hundred units a GET of the whole string costs more than
+--   KEY .. '!h' (kept until the clock is a second past it: it matters only
+--   while the clock is behind it): past a few hundred units a GET of the whole string costs more than
 --   the sorted set's commands.
 local sliding_log = {}
 
@@ -139,7 +139,9 @@ local function read_zset(key, now, a)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
     local dropped = tonumber(redis.call('GET', key .. '!h'))
     if dropped == nil or dropped < now then
-      redis.call('SET', key .. '!h', string.format('%.0f', now), 'PX', 1000)
+      -- Kept until Redis's clock is a second past it (by then every new
+      -- stamp is later anyway), on the same clock as the stamps.
+      redis.call('SET', key .. '!h', string.format('%.0f', now), 'PXAT', math.ceil(now / 1000) + 1000)
     end
     oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
   end
