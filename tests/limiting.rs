@@ -406,24 +406,35 @@ routes:
 fn flood_of_twenty_thousand_requests_costs_redis_little() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let sluice = Sluice::start(&config(&redis, &upstream, 100, "1m"));
+    // An hour: a loaded machine can take over a minute for the flood, and
+    // the window must outlast it.
+    let sluice = Sluice::start(&config(&redis, &upstream, 100, "1h"));
     let addr = sluice.addr;
     let mut statuses = Vec::with_capacity(20_000);
+    let started = Instant::now();
     for _ in 0..400 {
         statuses.extend(concurrent(50, move |_| {
             get(addr, "/sms/x", &[("X-User", "user_1001")])
         }));
     }
+    let elapsed = started.elapsed();
     assert_eq!(statuses.len(), 20_000);
     assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 100);
     assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 19_900);
     assert_eq!(upstream.hits(), 100);
     // Each of the 100 admissions is a Redis call by necessity; after the first
-    // denial the deny cache answers everything (the window outlasts the test).
+    // denial the deny cache answers everything
+    // for ten seconds at a time, after which one round of 50 asks Redis again.
+    // On a loaded machine the flood can outlast one such period.
+    let asked_again = 50 * (1 + elapsed.as_secs() / 10);
     let calls = decide_calls(&redis);
     assert!(
-        calls <= 100 + 60,
-        "Redis saw {calls} calls for 20,000 requests"
+        calls <= 100 + 10 + asked_again,
+        "Redis saw {calls} calls for 20,000 requests in {elapsed:?}"
     );
-    assert!(sluice.decisions("sms-send", "per-user", "deny", "deny_cache") >= 19_800);
+    let from_cache = sluice.decisions("sms-send", "per-user", "deny", "deny_cache");
+    assert!(
+        from_cache >= 19_900 - asked_again,
+        "{from_cache} denials from the cache in {elapsed:?}"
+    );
 }
