@@ -278,7 +278,9 @@ end
 -- the algorithms' own peek, take and report (a test holds the two paths in
 -- step); what it saves is the general path's tables and protected calls.
 local function fast(key, a, member)
-  if a.algorithm == sliding_log then
+  if sliding_log.packed(a) then
+    return sliding_log.fast_packed(key, now, a)
+  elseif a.algorithm == sliding_log then
     local fits, s = sliding_log.peek(key, now, a)
     if not fits then
       local remaining, reset, retry = sliding_log.report(key, now, a, s)

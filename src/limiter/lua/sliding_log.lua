@@ -131,6 +131,61 @@ local function write_packed(key, a, s, stamp)
   redis.call('SET', s.log, header .. body .. units, 'PXAT', math.ceil(expires / 1000) + 1)
 end
 
+-- The common decision on a packed log (cost 1, `take`, plain mode), with
+-- no table built: the line decide.lua's fast path answers with, admitted
+-- or denied, exactly as peek + take or peek + report would make it (a test
+-- holds the two in step). nil, having written nothing, for a value that is
+-- not a packed log, and for an admission that must rewrite the string
+-- (new base, expiry running out, half of it expired): the general path
+-- then takes it.
+function sliding_log.fast_packed(key, now, a)
+  local log = key .. '!l'
+  local raw = redis.call('GET', log)
+  local window, limit = a.window, a.limit
+  if not raw then
+    local expires = now + window + math.floor(window / 2)
+    redis.call('SET', log, struct.pack('>lllI6', now, expires, 0, 0), 'PXAT', math.ceil(expires / 1000) + 1)
+    return string.format('1 1 %d %d 0', limit - 1, window)
+  end
+  local size = #raw
+  if size < HEADER or (size - HEADER) % WIDTH ~= 0 then
+    return nil
+  end
+  local n = (size - HEADER) / WIDTH
+  local base, expires, dropped = struct.unpack('>lll', raw)
+  local floor = now - window
+  -- The first live unit (usually the oldest: one read).
+  local lo, hi = 1, n + 1
+  local oldest = n > 0 and base + struct.unpack('>I6', raw, HEADER + 1)
+  if oldest and oldest > floor then
+    hi = 1
+  end
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if base + struct.unpack('>I6', raw, HEADER + WIDTH * (mid - 1) + 1) > floor then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  local count = n - lo + 1
+  if count > 0 and lo > 1 then
+    oldest = base + struct.unpack('>I6', raw, HEADER + WIDTH * (lo - 1) + 1)
+  end
+  if count + 1 > limit then
+    -- Denied: the unit that blocks it is the (count - limit + 1)-th live.
+    local blocking = base + struct.unpack('>I6', raw, HEADER + WIDTH * math.min(lo + count - limit, n) + 1 - WIDTH)
+    return string.format('0 0 %d %d %d', math.max(limit - count, 0), oldest + window - now, blocking + window - now)
+  end
+  local newest = n > 0 and base + struct.unpack('>I6', raw, size - WIDTH + 1) or 0
+  local stamp = math.max(now, newest, dropped)
+  if n == 0 or expires < stamp + window or (lo - 1) * 2 >= n or stamp - base >= MAX_OFFSET then
+    return nil
+  end
+  redis.call('APPEND', log, struct.pack('>I6', stamp - base))
+  return string.format('1 1 %d %d 0', limit - count - 1, (count > 0 and oldest or stamp) + window - now)
+end
+
 -- The sorted-set log of a large limit, split at the window (expired units
 -- dropped): {count, oldest, zset = true}.
 local function read_zset(key, now, a)
