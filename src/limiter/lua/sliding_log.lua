@@ -134,10 +134,9 @@ end
 -- The common decision on a packed log (cost 1, `take`, plain mode), with
 -- no table built: the line decide.lua's fast path answers with, admitted
 -- or denied, exactly as peek + take or peek + report would make it (a test
--- holds the two in step). nil, having written nothing, for a value that is
--- not a packed log, and for an admission that must rewrite the string
--- (new base, expiry running out, half of it expired): the general path
--- then takes it.
+-- holds the two in step); the state table is built only for a rewrite.
+-- nil, having written nothing, for a value that is not a packed log: the
+-- general path then takes it.
 function sliding_log.fast_packed(key, now, a)
   local log = key .. '!l'
   local raw = redis.call('GET', log)
@@ -179,10 +178,14 @@ function sliding_log.fast_packed(key, now, a)
   end
   local newest = n > 0 and base + struct.unpack('>I6', raw, size - WIDTH + 1) or 0
   local stamp = math.max(now, newest, dropped)
-  if n == 0 or expires < stamp + window or (lo - 1) * 2 >= n or stamp - base >= MAX_OFFSET then
-    return nil
+  if n > 0 and expires >= stamp + window and (lo - 1) * 2 < n and stamp - base < MAX_OFFSET then
+    redis.call('APPEND', log, struct.pack('>I6', stamp - base))
+  else
+    write_packed(key, a, {
+      log = log, raw = raw, n = n, first = lo, count = count,
+      base = base, expires = expires, dropped = dropped, oldest = oldest,
+    }, stamp)
   end
-  redis.call('APPEND', log, struct.pack('>I6', stamp - base))
   return string.format('1 1 %d %d 0', limit - count - 1, (count > 0 and oldest or stamp) + window - now)
 end
 
