@@ -18,7 +18,12 @@
 //!   first version, runs;
 //! - envoyproxy/ratelimit's fixed window: `INCRBY` + `EXPIRE` per
 //!   descriptor, pipelined (its Redis client's pipelining);
-//! - the floor of any Redis limiter: one `INCR` per decision, pipelined.
+//! - the floor of any Redis limiter: one `INCR` per decision, pipelined;
+//! - reference variants of an exact log (`variants.lua`, not sluice's code):
+//!   the least a batch call could do with each layout — the call alone,
+//!   packed stamps read with `GET` (or one `MGET`) and `APPEND`ed, a list,
+//!   the seed's sorted-set commands — with no header, clock-step rule,
+//!   refunds or reply beyond a digit: where the ceiling lies.
 //!
 //! Columns: decisions per second, how busy Redis's core was (its CPU time
 //! over the wall time: near 100 % means the figure is Redis's ceiling),
@@ -63,6 +68,9 @@ enum Load {
     IncrbyExpire,
     /// One `INCR` a decision.
     Incr,
+    /// A reference variant of `variants.lua` (its function's name), one
+    /// `FCALL` a round trip.
+    Variant(&'static str),
 }
 
 struct Case {
@@ -133,7 +141,41 @@ fn cases() -> Vec<Case> {
             hot: false,
         },
     ]
+    .into_iter()
+    .chain(VARIANTS.iter().map(|&(name, function, hot)| Case {
+        name,
+        load: Load::Variant(function),
+        hot,
+    }))
+    .collect()
 }
+
+/// The reference variants: row name, function, on the hot keys.
+const VARIANTS: [(&str, &str, bool); 7] = [
+    (
+        "reference: the batch call alone, no command",
+        "v_nocall",
+        false,
+    ),
+    ("reference: packed stamps, GET + APPEND", "v_packed", false),
+    (
+        "reference: packed stamps, one MGET + APPEND",
+        "v_mget",
+        false,
+    ),
+    ("reference: list, LINDEX + RPUSH + PEXPIRE", "v_list", false),
+    (
+        "reference: the seed's sorted-set commands, batched",
+        "v_sorted",
+        false,
+    ),
+    (
+        "reference: packed stamps, 8 hot keys at their limit",
+        "v_packed",
+        true,
+    ),
+    ("reference: list, 8 hot keys at their limit", "v_list", true),
+];
 
 /// The code each case calls, loaded once.
 struct Code {
@@ -147,6 +189,12 @@ fn load_code(redis: &RedisServer) -> Code {
         .arg(SEED_SCRIPT)
         .query(&mut redis.connection())
         .expect("SCRIPT LOAD seed");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(include_str!("variants.lua"))
+        .query(&mut redis.connection())
+        .expect("FUNCTION LOAD variants");
     Code {
         function: redis.load_decide_function(),
         seed_sha,
@@ -231,6 +279,16 @@ fn round_trip(
                 pipe.cmd("INCR").arg(key(rng, "incr:"));
             }
         }
+        Load::Variant(function) => {
+            let keys: Vec<String> = (0..BATCH).map(|_| key(rng, function)).collect();
+            pipe.cmd("FCALL")
+                .arg(function)
+                .arg(BATCH)
+                .arg(&keys)
+                .arg(limit)
+                .arg(crate::WINDOW_US)
+                .arg(member);
+        }
     }
     pipe
 }
@@ -243,10 +301,11 @@ fn admitted(load: Load, replies: &[redis::Value]) -> u64 {
         _ => 0,
     };
     match load {
-        Load::Sluice(_) => match replies.first() {
+        Load::Sluice(_) | Load::Variant(_) => match replies.first() {
             Some(Value::BulkString(text)) => text
                 .split(|&b| b == b'\n')
-                .filter(|line| line.starts_with(b"1 "))
+                .skip(1)
+                .filter(|line| line.first() == Some(&b'1'))
                 .count() as u64,
             other => panic!("unexpected decide reply: {other:?}"),
         },
