@@ -105,6 +105,7 @@ pub(super) fn ensure_tls_provider() {
 /// driver that applies them to all keys of a request, all or nothing (see
 /// `lua/decide.lua` for the contract).
 pub const DECIDE_SCRIPT: &str = concat!(
+    include_str!("lua/clock.lua"),
     include_str!("lua/sliding_log.lua"),
     include_str!("lua/sliding_window.lua"),
     include_str!("lua/fixed_window.lua"),
@@ -638,6 +639,19 @@ mod tests {
             .find_map(|l| l.trim().strip_prefix("local PACKED_MAX = "))
             .expect("sliding_log.lua has `local PACKED_MAX = …`");
         assert_eq!(lua.trim().parse::<u64>().ok(), Some(PACKED_LOG_MAX));
+    }
+
+    /// How far a clock may step back is one fact, written in Lua and Rust.
+    #[test]
+    fn the_clock_step_back_bound_is_the_same_in_lua() {
+        let lua = DECIDE_SCRIPT
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("local CLOCK_STEP_BACK_MAX = "))
+            .expect("clock.lua has `local CLOCK_STEP_BACK_MAX = …`");
+        assert_eq!(
+            lua.trim().parse::<u64>().ok(),
+            Some(crate::limiter::local::CLOCK_STEP_BACK_MAX_US)
+        );
     }
 
     #[test]

@@ -30,7 +30,8 @@ fn period_end(now: u64, p: &Params) -> u64 {
 impl Counter for CalendarCounter {
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let ends = period_end(now, p);
-        self.0.enter(ends, ends, p)
+        let latest = p.bounds.next_end_us.max(0) as u64;
+        self.0.enter(ends, ends, latest, p)
     }
 
     fn take(&mut self, now: u64, p: &Params, member: &str) -> (u64, u64) {

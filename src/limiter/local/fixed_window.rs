@@ -12,13 +12,18 @@ pub(super) struct FixedWindow {
 
 impl FixedWindow {
     /// Counts in the period `index`, which ends at `ends` (µs): a new
-    /// period starts from zero. Whether `cost` more units fit in it.
-    pub(super) fn enter(&mut self, index: u64, ends: u64, p: &Params) -> bool {
-        if index != self.index {
-            self.index = index;
+    /// period starts from zero. A stored period ahead of `index` but not
+    /// beyond `latest` (the clock stepped back from it) stays the one
+    /// counted, with its end. Whether `cost` more units fit in it.
+    pub(super) fn enter(&mut self, index: u64, ends: u64, latest: u64, p: &Params) -> bool {
+        let counted = super::counted_window(index, self.index, latest);
+        if counted != self.index {
+            self.index = counted;
             self.count = 0;
         }
-        self.ends = ends;
+        if counted == index {
+            self.ends = ends;
+        }
         self.count + p.cost <= p.limit
     }
 }
@@ -26,7 +31,8 @@ impl FixedWindow {
 impl Counter for FixedWindow {
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let current = now / p.window;
-        self.enter(current, (current + 1) * p.window, p)
+        let latest = super::latest_after_step_back(current, p.window);
+        self.enter(current, (current + 1) * p.window, latest, p)
     }
 
     fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {

@@ -55,6 +55,29 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// How far (µs) a clock may step back and the counters still count in the
+/// window they counted in before (`lua/clock.lua`'s `CLOCK_STEP_BACK_MAX`; a
+/// test holds the two equal). A stored window further ahead than this was
+/// written under another window size (a reload) and is not counted.
+pub const CLOCK_STEP_BACK_MAX_US: u64 = 3_600_000_000;
+
+/// The window to count in: `current` (the clock's), or `stored` when it is
+/// ahead of the clock by no more than `latest` allows (the clock stepped
+/// back from it). The twin of `lua/clock.lua`'s `counted_window`.
+fn counted_window(current: u64, stored: u64, latest: u64) -> u64 {
+    if stored > current && stored <= latest {
+        stored
+    } else {
+        current
+    }
+}
+
+/// The latest index of a window of `size` µs that a step back can leave
+/// ahead of window `current`.
+fn latest_after_step_back(current: u64, size: u64) -> u64 {
+    current + CLOCK_STEP_BACK_MAX_US / size.max(1)
+}
+
 /// One check's numbers in microseconds, as the scripts get them.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Params {
@@ -602,6 +625,49 @@ mod tests {
         assert!(!limiter.decide(&[check("k", 5, 2_000)], "m")[0].allowed);
         clock.set_ms(3_900);
         assert!(limiter.decide(&[check("k", 5, 2_000)], "m")[0].allowed);
+    }
+
+    /// A clock that steps back over a window boundary keeps counting in the
+    /// window it counted in (a fixed window, a sliding window's sub-window),
+    /// until it reaches that window again; a stored window further ahead
+    /// than any step back (written under another window size) is not.
+    #[test]
+    fn counters_keep_their_window_when_the_clock_steps_back() {
+        let fixed = Algorithm::FixedWindow;
+        let sliding = Algorithm::SlidingWindow { buckets: 4 };
+        for algorithm in [fixed, sliding] {
+            let clock = FakeClock::default();
+            let limiter = LocalLimiter::with_clock(100, clock.clone());
+            let c = LimitCheck {
+                algorithm,
+                ..check("k", 5, 2_000)
+            };
+            let allowed = |at_ms| {
+                clock.set_ms(at_ms);
+                limiter.decide(&[c], "m")[0].allowed
+            };
+            for _ in 0..5 {
+                assert!(allowed(2_100), "{algorithm:?}");
+            }
+            assert!(!allowed(1_900), "{algorithm:?}: stepped back");
+            assert!(!allowed(3_900), "{algorithm:?}: still the same window");
+            assert!(allowed(4_600), "{algorithm:?}: the window ended");
+        }
+        // A full window of 1 s at index 9,000, then the window is 2 s (a
+        // reload): index 9,000 is 4,500 windows ahead of the clock's, more
+        // than a step back could be, so the new window starts from zero.
+        let clock = FakeClock::default();
+        let limiter = LocalLimiter::with_clock(100, clock.clone());
+        let window = |ms| LimitCheck {
+            algorithm: fixed,
+            ..check("r", 5, ms)
+        };
+        clock.set_ms(9_000_500);
+        for _ in 0..5 {
+            assert!(limiter.decide(&[window(1_000)], "m")[0].allowed);
+        }
+        assert!(!limiter.decide(&[window(1_000)], "m")[0].allowed);
+        assert!(limiter.decide(&[window(2_000)], "m")[0].allowed);
     }
 
     #[test]

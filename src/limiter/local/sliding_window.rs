@@ -8,6 +8,9 @@ use std::collections::VecDeque;
 pub(super) struct SlidingWindow {
     buckets: VecDeque<(u64, u64)>,
     oldest_counted: u64,
+    /// The sub-window counted in: the clock's, or a later one it stepped
+    /// back from.
+    current: u64,
     size: u64,
     buckets_per_window: u64,
 }
@@ -31,7 +34,15 @@ impl Counter for SlidingWindow {
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         self.size = size(p);
         self.buckets_per_window = p.param;
-        let current = now / self.size;
+        // A clock that stepped back keeps counting in the newest stored
+        // sub-window; one further ahead was written with another size.
+        let latest = super::latest_after_step_back(now / self.size, self.size);
+        while self.buckets.back().is_some_and(|&(at, _)| at > latest) {
+            self.buckets.pop_back();
+        }
+        let newest = self.buckets.back().map_or(0, |&(at, _)| at);
+        let current = super::counted_window(now / self.size, newest, latest);
+        self.current = current;
         self.oldest_counted = current.saturating_sub(p.param);
         while self
             .buckets
@@ -40,15 +51,11 @@ impl Counter for SlidingWindow {
         {
             self.buckets.pop_front();
         }
-        // Written with another sub-window size (a reload): never counted.
-        while self.buckets.back().is_some_and(|&(at, _)| at > current) {
-            self.buckets.pop_back();
-        }
         self.count() + p.cost <= p.limit
     }
 
     fn take(&mut self, now: u64, p: &Params, _member: &str) -> (u64, u64) {
-        let current = now / size(p);
+        let current = self.current;
         let count = self.count();
         let first = self.buckets.front().map_or(current, |&(at, _)| at);
         match self.buckets.back_mut() {

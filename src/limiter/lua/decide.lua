@@ -289,12 +289,7 @@ local function fast(key, a, member)
     local remaining, reset = sliding_log.take(key, now, a, s, member)
     return string.format('1 1 %d %d 0', remaining, reset)
   end
-  local current = (now - math.fmod(now, a.window)) / a.window
-  local stored = redis.call('HMGET', key, 'w', 'c')
-  local count = 0
-  if stored[1] and tonumber(stored[1]) == current then
-    count = tonumber(stored[2]) or 0
-  end
+  local current, count = fixed_window.counted(now, a, redis.call('HMGET', key, 'w', 'c'))
   if count + 1 > a.limit then
     return nil
   end

@@ -1,17 +1,25 @@
 -- fixed_window: one counter per window, windows aligned to the Unix epoch
 -- (docs/algorithms.md). Cheapest, and has the boundary double burst: `limit` units at
 -- the end of one window and `limit` more at the start of the next.
--- The key is a hash: w = window index, c = units admitted in it.
+-- The key is a hash: w = window index, c = units admitted in it. A clock that
+-- steps back keeps counting in the stored window (clock.lua).
 local fixed_window = {}
+
+-- The window counted at `now` and the units in it, from the key's {w, c}: the
+-- clock's window, or the stored one if the clock stepped back from it.
+function fixed_window.counted(now, a, stored)
+  local current = (now - math.fmod(now, a.window)) / a.window
+  local w = tonumber(stored[1])
+  current = counted_window(current, w, latest_after_step_back(current, a.window))
+  if w == current then
+    return current, tonumber(stored[2]) or 0
+  end
+  return current, 0
+end
 
 -- Returns whether `cost` more units fit, and the state.
 function fixed_window.peek(key, now, a)
-  local current = (now - math.fmod(now, a.window)) / a.window
-  local stored = redis.call('HMGET', key, 'w', 'c')
-  local count = 0
-  if stored[1] and tonumber(stored[1]) == current then
-    count = tonumber(stored[2]) or 0
-  end
+  local current, count = fixed_window.counted(now, a, redis.call('HMGET', key, 'w', 'c'))
   return count + a.cost <= a.limit, { count = count, current = current, ends = (current + 1) * a.window }
 end
 

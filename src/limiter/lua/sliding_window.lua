@@ -9,7 +9,10 @@
 -- admitted. The price is on the strict side: a unit frees between `window`
 -- and `window + s` after it was taken. Memory: at most buckets + 1 fields.
 --
--- A sub-window index above the current one was written with another
+-- The current sub-window is the clock's, or the newest stored one when
+-- Redis's clock stepped back from it (clock.lua): units are never counted in
+-- a sub-window earlier than one already counted in. A sub-window index
+-- further ahead than a step back could leave it was written with another
 -- sub-window size (a reload changed `window` or `buckets`): it is dropped
 -- with the ones too old to count, so every counted sub-window frees within
 -- window + s, whatever the key held before.
@@ -28,8 +31,13 @@ end
 function sliding_window.peek(key, now, a)
   local size = a.window / a.param
   local current = index(now, size)
-  local oldest = current - a.param
   local flat = redis.call('HGETALL', key)
+  -- A clock that stepped back keeps counting in the newest stored sub-window.
+  local latest = latest_after_step_back(current, size)
+  for i = 1, #flat, 2 do
+    current = counted_window(current, tonumber(flat[i]), latest)
+  end
+  local oldest = current - a.param
   local count = 0
   local buckets = {}
   for i = 1, #flat, 2 do
