@@ -338,9 +338,18 @@ impl JwtVerifier {
         validation.algorithms = config.algorithms.clone();
         validation.validate_exp = true;
         validation.validate_nbf = true;
-        validation.validate_aud = false;
         validation.leeway = config.leeway.as_secs();
-        validation.set_required_spec_claims(&["exp"]);
+        let mut required = vec!["exp"];
+        validation.validate_aud = !config.audiences.is_empty();
+        if validation.validate_aud {
+            validation.set_audience(&config.audiences);
+            required.push("aud");
+        }
+        if let Some(issuer) = &config.issuer {
+            validation.set_issuer(&[issuer]);
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
         Ok(Self {
             header: config.header.clone(),
             key,
@@ -418,6 +427,8 @@ mod tests {
             algorithms: vec![jsonwebtoken::Algorithm::HS256],
             key: JwtKey::Secret(b"0123456789abcdef0123456789abcdef".to_vec()),
             claim: "sub".into(),
+            issuer: None,
+            audiences: Vec::new(),
             required: false,
             leeway: Duration::ZERO,
         })
@@ -479,5 +490,55 @@ mod tests {
         }
         assert!(matches!(v.verify(good.as_bytes()), User::Invalid(_)));
         assert!(matches!(v.verify(b"Bearer \xff\xfe"), User::Invalid(_)));
+    }
+
+    /// With `issuer` and `audiences`, a token issued by another issuer, or
+    /// for another application of the same provider (same keys), or naming
+    /// neither, is refused; `aud` may be a string or an array.
+    #[test]
+    fn issuer_and_audience_must_match() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let mut config = JwtConfig {
+            header: "authorization".into(),
+            algorithms: vec![jsonwebtoken::Algorithm::HS256],
+            key: JwtKey::Secret(secret.to_vec()),
+            claim: "sub".into(),
+            issuer: Some("https://id.example.com/".into()),
+            audiences: vec!["orders-api".into(), "billing-api".into()],
+            required: true,
+            leeway: Duration::ZERO,
+        };
+        let v = JwtVerifier::new(&config).unwrap();
+        let verify = |v: &JwtVerifier, claims: serde_json::Value| {
+            let mut claims = claims;
+            claims["sub"] = "alice".into();
+            claims["exp"] = (now() + 60).into();
+            v.verify(format!("Bearer {}", token(secret, claims)).as_bytes())
+        };
+        let alice = User::Known(Cow::Borrowed(b"alice".as_slice()));
+        let iss = "https://id.example.com/";
+        for good in [
+            serde_json::json!({"iss": iss, "aud": "orders-api"}),
+            serde_json::json!({"iss": iss, "aud": ["spa", "billing-api"]}),
+        ] {
+            assert_eq!(verify(&v, good.clone()), alice, "{good}");
+        }
+        for bad in [
+            serde_json::json!({"iss": "https://evil.example.com/", "aud": "orders-api"}),
+            serde_json::json!({"iss": "https://id.example.com", "aud": "orders-api"}),
+            serde_json::json!({"iss": iss, "aud": "another-teams-spa"}),
+            serde_json::json!({"iss": iss, "aud": ["spa", "test-tenant"]}),
+            serde_json::json!({"iss": iss, "aud": []}),
+            serde_json::json!({"iss": iss}),
+            serde_json::json!({"aud": "orders-api"}),
+        ] {
+            assert!(matches!(verify(&v, bad.clone()), User::Invalid(_)), "{bad}");
+        }
+        // Without them, neither is looked at.
+        config.issuer = None;
+        config.audiences.clear();
+        let v = JwtVerifier::new(&config).unwrap();
+        let other = serde_json::json!({"iss": "https://elsewhere/", "aud": "x"});
+        assert_eq!(verify(&v, other), alice);
     }
 }

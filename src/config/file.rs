@@ -203,6 +203,10 @@ pub struct JwtFile {
     pub secret_env: Option<String>,
     pub public_key_file: Option<String>,
     pub claim: Option<String>,
+    /// The `iss` a token must carry.
+    pub issuer: Option<String>,
+    /// A token's `aud` must contain one of these.
+    pub audiences: Option<Vec<String>>,
     #[serde(default)]
     pub required: bool,
     pub leeway: Option<String>,

@@ -1,4 +1,5 @@
-//! Validation of `identity.jwt` (docs/configuration.md): algorithms, key material, claim.
+//! Validation of `identity.jwt` (docs/configuration.md): algorithms, key
+//! material, claim, issuer and audiences.
 //!
 //! Key material is read here, when the config loads, so a missing secret or an
 //! unreadable key file is a config error rather than a request-time surprise.
@@ -52,14 +53,36 @@ pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
     if claim.is_empty() {
         c.problem(&at("claim"), ProblemKind::EmptyClaim);
     }
+    let (issuer, audiences) = issuer_and_audiences(c, f);
     IdentityConfig::Jwt(JwtConfig {
         header,
         algorithms,
         key,
         claim,
+        issuer,
+        audiences,
         required: f.required,
         leeway,
     })
+}
+
+/// `issuer` and `audiences`: present means not empty.
+fn issuer_and_audiences(c: &mut Checker, f: &JwtFile) -> (Option<String>, Vec<String>) {
+    if f.issuer.as_deref() == Some("") {
+        c.problem(&at("issuer"), ProblemKind::Empty("issuer".into()));
+    }
+    let audiences = f.audiences.clone().unwrap_or_default();
+    if f.audiences.as_ref().is_some_and(Vec::is_empty) {
+        let (key, item) = ("audiences", "audience");
+        c.problem(&at("audiences"), ProblemKind::NeedsOne { key, item });
+    }
+    for (i, audience) in audiences.iter().enumerate() {
+        if audience.is_empty() {
+            let path = at("audiences").index(i);
+            c.problem(&path, ProblemKind::Empty("audiences".into()));
+        }
+    }
+    (f.issuer.clone(), audiences)
 }
 
 /// The algorithms, and the kinds of key they need (one, when valid).

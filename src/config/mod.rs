@@ -164,6 +164,11 @@ pub struct JwtConfig {
     pub key: JwtKey,
     /// The claim whose value becomes the key part `user`.
     pub claim: String,
+    /// When set, a token's `iss` must equal it.
+    pub issuer: Option<String>,
+    /// When not empty, a token's `aud` (a string or an array) must contain
+    /// one of them.
+    pub audiences: Vec<String>,
     /// Answer 401 when the token is missing or invalid.
     pub required: bool,
     /// Clock skew tolerated on `exp` and `nbf`.
@@ -187,6 +192,8 @@ impl fmt::Debug for JwtConfig {
             .field("header", &self.header)
             .field("algorithms", &self.algorithms)
             .field("claim", &self.claim)
+            .field("issuer", &self.issuer)
+            .field("audiences", &self.audiences)
             .field("required", &self.required)
             .field("leeway", &self.leeway)
             .finish_non_exhaustive()

@@ -206,6 +206,41 @@ fn jwt_needs_its_key() {
 }
 
 #[test]
+fn jwt_issuer_and_audiences_are_checked_where_written() {
+    let with = |extra: &str| {
+        let text = format!(
+            "identity:\n  jwt: {{ algorithms: [HS256], secret_env: TEST_ONLY_JWT_SECRET{extra} }}\n"
+        );
+        Config::from_text(Path::new("test.yaml"), &text, |_| {
+            Some("0123456789abcdef0123456789abcdef".to_string())
+        })
+    };
+    match with(", issuer: https://id.example.com/, audiences: [orders-api]").map(|c| c.identity) {
+        Ok(IdentityConfig::Jwt(jwt)) => {
+            assert_eq!(jwt.issuer.as_deref(), Some("https://id.example.com/"));
+            assert_eq!(jwt.audiences, ["orders-api"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    for (extra, at, message) in [
+        (
+            ", issuer: ''",
+            "test.yaml:2:73:",
+            "`issuer` must not be empty",
+        ),
+        (", audiences: []", "test.yaml:2:76:", "`audiences`"),
+        (
+            ", audiences: [a, '']",
+            "test.yaml:2:80:",
+            "`audiences` must not be empty",
+        ),
+    ] {
+        let err = with(extra).expect_err(extra).to_string();
+        assert!(err.contains(at) && err.contains(message), "{extra}: {err}");
+    }
+}
+
+#[test]
 fn unset_variable_is_an_error_with_position() {
     let err = error_of("limiter:\n  redis:\n    url: ${NOT_SET_ANYWHERE}\n");
     assert!(
