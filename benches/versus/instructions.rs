@@ -35,7 +35,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Keep-alive connections of wrk against a sluice under Callgrind.
-const CONNECTIONS: usize = 4;
+pub const CONNECTIONS: usize = 4;
 /// Traced denials a second beyond the sampled ones (the gateway's cap).
 const DENIED_TRACED_PER_SECOND: f64 = 100.0;
 
@@ -89,18 +89,15 @@ pub fn run(options: &Options) -> String {
     let mut counted: Vec<Vec<Counted>> = Vec::new();
     for (index, variant) in VARIANTS.iter().enumerate() {
         let config = Setup {
-            prefix: format!("v{index}:"),
-            redis: &redis,
-            upstream_port,
-            sink,
-            tracing: variant.tracing,
+            tracing: variant.tracing.map(|(ratio, denied)| (sink, ratio, denied)),
+            ..Setup::redis_log(format!("v{index}:"), &redis, upstream_port)
         };
         let out = dir.path().join(format!("callgrind-{index}"));
-        let sluice = config.start(&callgrind_wrapper(dir.path(), &out));
+        let sluice = config.start(&callgrind_wrapper(dir.path(), &out, sluice_binary()));
         let mut row = Vec::new();
         for &scenario in &scenarios {
             let url = format!("http://{}/bench", sluice.addr);
-            warm_up(&sluice, &url, &script, scenario);
+            warm_up(&url, &script, scenario, || denies(&sluice));
             control(sluice.pid(), "--zero");
             let run = run_wrk(&url, &script, scenario, options.seconds, CONNECTIONS);
             let instructions = dump(sluice.pid(), &out);
@@ -141,18 +138,17 @@ fn native_figures(
     options: &Options,
 ) -> Vec<Native> {
     let sluice = Setup {
-        prefix: "native:".into(),
-        redis,
-        upstream_port,
-        sink,
-        tracing: VARIANTS[3].tracing,
+        tracing: VARIANTS[3]
+            .tracing
+            .map(|(ratio, denied)| (sink, ratio, denied)),
+        ..Setup::redis_log("native:".into(), redis, upstream_port)
     }
-    .start(Path::new(env!("CARGO_BIN_EXE_sluice")));
+    .start(sluice_binary());
     let url = format!("http://{}/bench", sluice.addr);
     scenarios
         .iter()
         .map(|scenario| {
-            warm_up(&sluice, &url, script, scenario);
+            warm_up(&url, script, scenario, || denies(&sluice));
             let (user, system) = user_and_system_ticks(sluice.pid());
             let run = run_wrk(&url, script, scenario, options.seconds, 32);
             let (user_after, system_after) = user_and_system_ticks(sluice.pid());
@@ -165,52 +161,87 @@ fn native_figures(
         .collect()
 }
 
-/// A sluice + Redis `sliding_log` configuration of the part.
-struct Setup<'a> {
-    prefix: String,
-    redis: &'a RedisServer,
-    upstream_port: u16,
-    sink: SocketAddr,
-    tracing: Option<(&'static str, bool)>,
+/// The sluice binary under test.
+pub fn sluice_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
-impl Setup<'_> {
+/// A sluice configuration of the instruction-counting parts: one worker
+/// thread, one route `/bench`, and at most one limit of 1,000 a minute per
+/// `X-Key`, `sliding_log`.
+pub struct Setup<'a> {
+    pub prefix: String,
+    pub redis: &'a RedisServer,
+    pub upstream_port: u16,
+    /// `redis` or `local`.
+    pub backend: &'static str,
+    /// Whether the route has its limit.
+    pub limited: bool,
+    /// The OTLP sink, `sample_ratio` and `always_sample_denied`, if traced.
+    pub tracing: Option<(SocketAddr, &'static str, bool)>,
+}
+
+impl<'a> Setup<'a> {
+    /// sluice + Redis `sliding_log`, not traced.
+    pub fn redis_log(prefix: String, redis: &'a RedisServer, upstream_port: u16) -> Self {
+        Self {
+            prefix,
+            redis,
+            upstream_port,
+            backend: "redis",
+            limited: true,
+            tracing: None,
+        }
+    }
+
     /// Starts `binary` (sluice, or a wrapper that runs it) with this setup.
-    fn start(&self, binary: &Path) -> Sluice {
+    pub fn start(&self, binary: &Path) -> Sluice {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let tracing = match self.tracing {
-            Some((ratio, denied)) => format!(
+            Some((sink, ratio, denied)) => format!(
                 "tracing:\n  otlp_endpoint: http://{sink}\n  sample_ratio: {ratio}\n  always_sample_denied: {denied}\n",
-                sink = self.sink
             ),
             None => String::new(),
         };
+        let limits = if self.limited {
+            format!(
+                "    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {}, window: 1m, algorithm: sliding_log }}\n",
+                crate::LIMIT
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
             "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: 1\n  work_stealing: false\n  grace_period: 1s\n  access_log: off\n\
-             limiter:\n  redis: {{ url: \"{redis}\", timeout: 2s, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
+             limiter:\n  backend: {backend}\n  redis: {{ url: \"{redis}\", timeout: 2s, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{port}\"] }}\n\
-             routes:\n  - name: bench\n    upstream: api\n    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {limit}, window: 1m, algorithm: sliding_log }}\n{tracing}",
+             routes:\n  - name: bench\n    upstream: api\n{limits}{tracing}",
+            backend = self.backend,
             redis = self.redis.url(),
             prefix = self.prefix,
             port = self.upstream_port,
-            limit = crate::LIMIT,
         );
         Sluice::start_binary(binary, &config, addr, admin, &[("RUST_LOG", "warn")])
     }
 }
 
-/// A script that runs sluice under Callgrind, writing its dumps to `out`
+/// Whether `sluice` denies the flood's key now.
+pub fn denies(sluice: &Sluice) -> bool {
+    sluice.get("/bench", &[("X-Key", "flood")]).status == 429
+}
+
+/// A script that runs `binary` under Callgrind, writing its dumps to `out`
 /// (`out.1`, `out.2`, … one per `--dump`).
-fn callgrind_wrapper(dir: &Path, out: &Path) -> PathBuf {
+pub fn callgrind_wrapper(dir: &Path, out: &Path, binary: &Path) -> PathBuf {
     let path = dir.join(format!(
         "{}.sh",
         out.file_name().and_then(|n| n.to_str()).unwrap_or("sluice")
     ));
     let script = format!(
-        "#!/bin/sh\nexec valgrind --tool=callgrind --quiet --callgrind-out-file={out} -- {sluice} \"$@\"\n",
+        "#!/bin/sh\nexec valgrind --tool=callgrind --quiet --callgrind-out-file={out} -- {binary} \"$@\"\n",
         out = out.display(),
-        sluice = env!("CARGO_BIN_EXE_sluice"),
+        binary = binary.display(),
     );
     std::fs::write(&path, script).expect("write the Callgrind wrapper");
     let chmod = Command::new("chmod").arg("+x").arg(&path).status();
@@ -220,11 +251,11 @@ fn callgrind_wrapper(dir: &Path, out: &Path) -> PathBuf {
 
 /// Brings `scenario` to its steady state: connections, Redis's script and
 /// keys warm; under `flood`, the key's window filled so that every
-/// measured request is denied.
-fn warm_up(sluice: &Sluice, url: &str, script: &Path, scenario: &str) {
+/// measured request is denied (`denies` says when).
+pub fn warm_up(url: &str, script: &Path, scenario: &str, denies: impl Fn() -> bool) {
     for _ in 0..20 {
         run_wrk(url, script, scenario, 2, CONNECTIONS);
-        if scenario != "flood" || sluice.get("/bench", &[("X-Key", "flood")]).status == 429 {
+        if scenario != "flood" || denies() {
             return;
         }
     }
@@ -232,7 +263,7 @@ fn warm_up(sluice: &Sluice, url: &str, script: &Path, scenario: &str) {
 }
 
 /// Runs `callgrind_control ACTION PID`.
-fn control(pid: u32, action: &str) {
+pub fn control(pid: u32, action: &str) {
     let status = Command::new("callgrind_control")
         .args([action, &pid.to_string()])
         .output()
@@ -246,7 +277,17 @@ fn control(pid: u32, action: &str) {
 
 /// Dumps the counters of `pid` and returns the instructions since they
 /// were zeroed (the `totals:` line of the newest dump of `out`).
-fn dump(pid: u32, out: &Path) -> u64 {
+pub fn dump(pid: u32, out: &Path) -> u64 {
+    let newest = dump_file(pid, out);
+    let text = std::fs::read_to_string(newest).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("a totals line")
+}
+
+/// Dumps the counters of `pid`; returns the dump's file, once complete.
+pub fn dump_file(pid: u32, out: &Path) -> PathBuf {
     let before = dumps(out).len();
     control(pid, "--dump");
     crate::common::wait_until(Duration::from_secs(60), "the Callgrind dump", || {
@@ -258,15 +299,11 @@ fn dump(pid: u32, out: &Path) -> u64 {
         .expect("a dump");
     // Callgrind writes the file in pieces: read until its last line,
     // `totals:`, is there.
-    let mut text = String::new();
     crate::common::wait_until(Duration::from_secs(60), "the dump's totals", || {
-        text = std::fs::read_to_string(&newest.1).unwrap_or_default();
+        let text = std::fs::read_to_string(&newest.1).unwrap_or_default();
         text.lines().any(|l| l.starts_with("totals:"))
     });
-    text.lines()
-        .find_map(|l| l.strip_prefix("totals:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("a totals line")
+    newest.1
 }
 
 /// The dumps written so far: `(sequence number, path)`.

@@ -11,6 +11,7 @@
 //!   cargo bench --bench versus -- --parts rls       # the rate-limit service
 //!   cargo bench --bench versus -- --parts redis     # decisions per Redis core
 //!   cargo bench --bench versus -- --parts tracing   # tracing's cost, in instructions
+//!   cargo bench --bench versus -- --parts overhead  # sluice's own cost, in instructions
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -72,6 +73,7 @@ mod edge;
 mod instructions;
 mod load;
 mod options;
+mod overhead;
 mod paced;
 mod process;
 mod report;
@@ -101,12 +103,19 @@ fn main() {
     }
     if let Some(spec) = &options.bare {
         let parts: Vec<&str> = spec.split(',').collect();
-        let [listen, upstream, threads, stealing] = parts[..] else {
-            panic!("--bare LISTEN,UPSTREAM,THREADS,WORK_STEALING");
+        let (&[listen, upstream, threads, stealing], deny) = parts.split_at(4.min(parts.len()))
+        else {
+            panic!("--bare LISTEN,UPSTREAM,THREADS,WORK_STEALING[,429]");
         };
         let upstream = upstream.parse().expect("--bare: upstream address");
         let threads = threads.parse().expect("--bare: threads");
-        bare::run(listen, upstream, threads, stealing == "true");
+        bare::run(
+            listen,
+            upstream,
+            threads,
+            stealing == "true",
+            deny == ["429"],
+        );
     }
     for (tool, package) in [
         ("wrk", "wrk"),
@@ -168,6 +177,13 @@ fn run(options: &Options) {
         let section = instructions::run(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "tracing", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("overhead") {
+        let section = overhead::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "overhead", &section);
         }
         report.push_str(&section);
     }

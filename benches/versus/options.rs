@@ -47,8 +47,9 @@ pub struct Options {
     /// again in this mode).
     #[arg(long, value_name = "ADDR", hide = true)]
     pub upstream: Option<String>,
-    /// Serve as the bare Pingora proxy: `LISTEN,UPSTREAM,THREADS,WORK_STEALING`
-    /// (the run starts this binary again in this mode).
+    /// Serve as the bare Pingora proxy: `LISTEN,UPSTREAM,THREADS,WORK_STEALING`,
+    /// and `,429` to answer every request with 429 instead (the run starts
+    /// this binary again in this mode).
     #[arg(long, value_name = "SPEC", hide = true)]
     pub bare: Option<String>,
     /// Passed by `cargo bench`.
@@ -57,10 +58,10 @@ pub struct Options {
 }
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 5] = ["limits", "edge", "rls", "redis", "tracing"];
+pub const PARTS: [&str; 6] = ["limits", "edge", "rls", "redis", "tracing", "overhead"];
 
-/// The parts run when `--parts` is not given (all but `tracing`, which
-/// needs valgrind and runs the gateway fifty times slower).
+/// The parts run when `--parts` is not given (all but `tracing` and
+/// `overhead`, which need valgrind and run the gateway fifty times slower).
 const DEFAULT_PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
 
 impl Options {
