@@ -101,7 +101,9 @@ pub async fn reject(
 /// `voice`'s headers. A gRPC reply (no body) is trailers-only: one header
 /// block that ends the stream.
 pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> Result<bool> {
-    let mut response = ResponseHeader::build(reply.status, Some(reply.headers.len() + 4))?;
+    // No case map: every name sluice writes is lower case already, and the
+    // map would cost each header a second insert on every denial.
+    let mut response = ResponseHeader::build_no_case(reply.status, Some(reply.headers.len() + 4))?;
     if let Some(server) = voice.server {
         response.insert_header(header::SERVER, server)?;
     }

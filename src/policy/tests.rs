@@ -301,3 +301,36 @@ fn rejections_render_the_documented_bodies() {
         (204, "text/plain; charset=utf-8")
     );
 }
+
+/// The hand-written rejection body is what serde_json writes for the same
+/// fields, for names, absent fields, and strings that need escaping.
+#[test]
+fn rejection_bodies_are_the_json_serde_would_write() {
+    let bodies = [
+        ErrorBody::only("not_found"),
+        ErrorBody {
+            route: Some("sms-send_2"),
+            limit: Some("per-ip"),
+            retry_after_seconds: Some(17),
+            ..ErrorBody::only("too_many_requests")
+        },
+        ErrorBody {
+            route: Some("a\"b\\c</script>\u{7}é"),
+            limit: Some(""),
+            retry_after_seconds: Some(u64::MAX),
+            ..ErrorBody::only("too_many_requests")
+        },
+        ErrorBody {
+            route: None,
+            limit: Some("x"),
+            ..ErrorBody::only("bad_gateway")
+        },
+    ];
+    for body in bodies {
+        let expected = serde_json::to_vec(&body).expect("serde_json");
+        assert_eq!(
+            String::from_utf8(body.to_json()).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+    }
+}
