@@ -9,11 +9,12 @@
 
 use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
 use crate::config::{IdentityConfig, JwtConfig, JwtKey};
+use crate::jwks::Jwks;
 use crate::key_store::RedisKeys;
 use crate::keys::PartValue;
 use crate::limiter::Decider;
 use crate::metrics::IdentityMetrics;
-use jsonwebtoken::{decode, DecodingKey, Validation};
+use jsonwebtoken::{decode, decode_header, DecodingKey, Validation};
 use prometheus::IntCounter;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -214,7 +215,7 @@ impl Identity {
         Ok(match config {
             IdentityConfig::None => Identity::None,
             IdentityConfig::Header(name) => Identity::Header(name.clone()),
-            IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt)?)),
+            IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt, metrics)?)),
             IdentityConfig::ApiKey(keys) => {
                 let (store, label) = match &keys.store {
                     KeyStore::File { consumers, .. } => {
@@ -312,22 +313,40 @@ impl Identity {
 /// Verifies bearer tokens and extracts the configured claim.
 pub struct JwtVerifier {
     header: String,
-    key: DecodingKey,
-    validation: Validation,
+    keys: VerifierKeys,
+    /// The rules for each accepted algorithm (one key: all in one).
+    validations: Vec<(jsonwebtoken::Algorithm, Validation)>,
     claim: String,
     required: bool,
+}
+
+/// The key a token is verified with.
+enum VerifierKeys {
+    /// One key for every token.
+    One(DecodingKey),
+    /// An identity provider's keys, by the token's `kid`.
+    Jwks(Jwks),
 }
 
 /// Longest token accepted; anything longer is refused unparsed.
 const MAX_TOKEN: usize = 8 * 1024;
 
 impl JwtVerifier {
-    /// Prepares the key and the validation rules.
-    pub fn new(config: &JwtConfig) -> Result<Self, jsonwebtoken::errors::Error> {
-        let key = match &config.key {
-            JwtKey::Secret(secret) => DecodingKey::from_secret(secret),
-            JwtKey::RsaPem(pem) => DecodingKey::from_rsa_pem(pem)?,
-            JwtKey::EcPem(pem) => DecodingKey::from_ec_pem(pem)?,
+    /// Prepares the keys and the validation rules; a JWKS URL's fetcher
+    /// starts now, on a thread of its own.
+    pub fn new(
+        config: &JwtConfig,
+        metrics: &IdentityMetrics,
+    ) -> Result<Self, jsonwebtoken::errors::Error> {
+        let keys = match &config.key {
+            JwtKey::Secret(secret) => VerifierKeys::One(DecodingKey::from_secret(secret)),
+            JwtKey::RsaPem(pem) => VerifierKeys::One(DecodingKey::from_rsa_pem(pem)?),
+            JwtKey::EcPem(pem) => VerifierKeys::One(DecodingKey::from_ec_pem(pem)?),
+            JwtKey::EdPem(pem) => VerifierKeys::One(DecodingKey::from_ed_pem(pem)?),
+            JwtKey::Jwks(source) => VerifierKeys::Jwks(
+                Jwks::start(source, &config.algorithms, metrics)
+                    .map_err(|_| jsonwebtoken::errors::ErrorKind::InvalidKeyFormat)?,
+            ),
         };
         let first = config
             .algorithms
@@ -350,10 +369,25 @@ impl JwtVerifier {
             required.push("iss");
         }
         validation.set_required_spec_claims(&required);
+        let validations = match keys {
+            // One key: its family's algorithms, checked together.
+            VerifierKeys::One(_) => vec![(first, validation)],
+            // A JWKS: each token's key decides which algorithm it may use,
+            // so each algorithm has rules of its own.
+            VerifierKeys::Jwks(_) => config
+                .algorithms
+                .iter()
+                .map(|&algorithm| {
+                    let mut own = validation.clone();
+                    own.algorithms = vec![algorithm];
+                    (algorithm, own)
+                })
+                .collect(),
+        };
         Ok(Self {
             header: config.header.clone(),
-            key,
-            validation,
+            keys,
+            validations,
             claim: config.claim.clone(),
             required: config.required,
         })
@@ -405,7 +439,35 @@ impl JwtVerifier {
         if token.is_empty() || token.len() > MAX_TOKEN {
             return Err("empty or oversized token");
         }
-        match decode::<Claims>(token, &self.key, &self.validation) {
+        let verified = match &self.keys {
+            VerifierKeys::One(key) => decode::<Claims>(token, key, &self.validations[0].1),
+            VerifierKeys::Jwks(jwks) => return self.verify_with_jwks(token, jwks),
+        };
+        match verified {
+            Ok(data) => Ok(data.claims),
+            Err(e) => {
+                log::debug!("JWT rejected: {e}");
+                Err("token does not verify")
+            }
+        }
+    }
+
+    /// Verifies `token` with the JWKS key its `kid` names, by an algorithm
+    /// that key may verify and the configuration lists.
+    fn verify_with_jwks(&self, token: &str, jwks: &Jwks) -> Result<Claims, &'static str> {
+        let header = decode_header(token).map_err(|_| "token does not verify")?;
+        let kid = header.kid.ok_or("token names no key (kid)")?;
+        let held = jwks.key(&kid).ok_or("token names an unknown key (kid)")?;
+        let key = held.get().ok_or("token names an unknown key (kid)")?;
+        if !key.algorithms.contains(&header.alg) {
+            return Err("token's algorithm does not fit its key");
+        }
+        let (_, validation) = self
+            .validations
+            .iter()
+            .find(|(algorithm, _)| *algorithm == header.alg)
+            .ok_or("token's algorithm is not accepted")?;
+        match decode::<Claims>(token, &key.key, validation) {
             Ok(data) => Ok(data.claims),
             Err(e) => {
                 log::debug!("JWT rejected: {e}");
@@ -422,17 +484,24 @@ mod tests {
     use std::time::Duration;
 
     fn verifier() -> JwtVerifier {
-        JwtVerifier::new(&JwtConfig {
-            header: "authorization".into(),
-            algorithms: vec![jsonwebtoken::Algorithm::HS256],
-            key: JwtKey::Secret(b"0123456789abcdef0123456789abcdef".to_vec()),
-            claim: "sub".into(),
-            issuer: None,
-            audiences: Vec::new(),
-            required: false,
-            leeway: Duration::ZERO,
-        })
+        JwtVerifier::new(
+            &JwtConfig {
+                header: "authorization".into(),
+                algorithms: vec![jsonwebtoken::Algorithm::HS256],
+                key: JwtKey::Secret(b"0123456789abcdef0123456789abcdef".to_vec()),
+                claim: "sub".into(),
+                issuer: None,
+                audiences: Vec::new(),
+                required: false,
+                leeway: Duration::ZERO,
+            },
+            &test_metrics(),
+        )
         .unwrap()
+    }
+
+    fn test_metrics() -> IdentityMetrics {
+        crate::metrics::Metrics::new().expect("metrics").identity
     }
 
     fn now() -> u64 {
@@ -508,7 +577,7 @@ mod tests {
             required: true,
             leeway: Duration::ZERO,
         };
-        let v = JwtVerifier::new(&config).unwrap();
+        let v = JwtVerifier::new(&config, &test_metrics()).unwrap();
         let verify = |v: &JwtVerifier, claims: serde_json::Value| {
             let mut claims = claims;
             claims["sub"] = "alice".into();
@@ -537,7 +606,7 @@ mod tests {
         // Without them, neither is looked at.
         config.issuer = None;
         config.audiences.clear();
-        let v = JwtVerifier::new(&config).unwrap();
+        let v = JwtVerifier::new(&config, &test_metrics()).unwrap();
         let other = serde_json::json!({"iss": "https://elsewhere/", "aud": "x"});
         assert_eq!(verify(&v, other), alice);
     }

@@ -29,6 +29,7 @@ pub mod handshake;
 pub mod headers;
 pub mod health;
 pub mod identity;
+pub mod jwks;
 pub mod key_failures;
 pub mod key_store;
 pub mod keys;

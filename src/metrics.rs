@@ -181,6 +181,12 @@ pub struct IdentityMetrics {
     pub lookups: IntCounterVec,
     /// Unknown keys counted against a client's `failures`.
     pub failures: IntCounter,
+    /// JWKS fetches by result (`ok`, `error`).
+    pub jwks_fetches: IntCounterVec,
+    /// Keys in the JWKS set tokens are verified with.
+    pub jwks_keys: IntGauge,
+    /// When a JWKS fetch last succeeded (Unix seconds; 0: never).
+    pub jwks_last_success: IntGauge,
 }
 
 impl IdentityMetrics {
@@ -199,8 +205,27 @@ impl IdentityMetrics {
             "sluice_identity_failures_total",
             "Unknown API keys counted against their client IP's failures limit.",
         )?;
+        let opts = Opts::new(
+            "sluice_identity_jwks_fetches_total",
+            "Fetches of identity.jwt.jwks_url, by result (a failed one keeps the last good keys).",
+        );
+        let jwks_fetches = register(registry, IntCounterVec::new(opts, &["result"])?)?;
+        for result in ["ok", "error"] {
+            jwks_fetches.with_label_values(&[result]);
+        }
+        let jwks_keys = IntGauge::new(
+            "sluice_identity_jwks_keys",
+            "Signing keys in the JWKS set tokens are verified with.",
+        )?;
+        let jwks_last_success = IntGauge::new(
+            "sluice_identity_jwks_last_success_timestamp_seconds",
+            "When a fetch of identity.jwt.jwks_url last succeeded (Unix time; 0: never).",
+        )?;
         Ok(Self {
             lookups,
+            jwks_fetches,
+            jwks_keys: register(registry, jwks_keys)?,
+            jwks_last_success: register(registry, jwks_last_success)?,
             failures: register(registry, failures)?,
         })
     }

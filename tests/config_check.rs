@@ -187,6 +187,20 @@ fn the_api_keys_example_is_valid() {
     assert!(consumers.contains(&line), "{line} not in consumers.yaml");
 }
 
+/// The identity-provider example is valid as shipped, without a warning
+/// (its JWKS keys have an audience to check).
+#[test]
+fn the_oidc_example_is_valid() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--check", "--config", "conf/examples/oidc.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run sluice --check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
 /// The rate-limit service's example and its rules directory are valid as
 /// shipped.
 #[test]

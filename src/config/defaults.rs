@@ -138,6 +138,13 @@ pub mod jwt {
     pub const HEADER: &str = "authorization";
     /// `algorithms`.
     pub const ALGORITHM: &str = "HS256";
+    /// `algorithms` with `jwks_url` or `jwks_file`: what identity providers
+    /// sign with unless told otherwise.
+    pub const JWKS_ALGORITHM: &str = "RS256";
+    /// `jwks_refresh`.
+    pub const JWKS_REFRESH: Duration = Duration::from_secs(300);
+    /// `jwks_min_refresh`.
+    pub const JWKS_MIN_REFRESH: Duration = Duration::from_secs(10);
     /// `secret_env`.
     pub const SECRET_ENV: &str = "SLUICE_JWT_SECRET";
     /// `claim`.

@@ -202,6 +202,12 @@ pub struct JwtFile {
     pub algorithms: Option<Vec<String>>,
     pub secret_env: Option<String>,
     pub public_key_file: Option<String>,
+    /// The provider's JWKS URL.
+    pub jwks_url: Option<String>,
+    /// A JWKS document on disk.
+    pub jwks_file: Option<String>,
+    pub jwks_refresh: Option<String>,
+    pub jwks_min_refresh: Option<String>,
     pub claim: Option<String>,
     /// The `iss` a token must carry.
     pub issuer: Option<String>,

@@ -8,7 +8,7 @@ use super::checker::Checker;
 use super::defaults::jwt as defaults;
 use super::file::JwtFile;
 use super::problem::{KeyPath, ProblemKind};
-use super::{IdentityConfig, JwtConfig, JwtKey};
+use super::{IdentityConfig, JwksSource, JwtConfig, JwtKey};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::str::FromStr;
 
@@ -17,6 +17,7 @@ enum Family {
     Hmac,
     Rsa,
     Ec,
+    Ed,
 }
 
 fn family(algorithm: Algorithm) -> Option<Family> {
@@ -25,7 +26,7 @@ fn family(algorithm: Algorithm) -> Option<Family> {
         HS256 | HS384 | HS512 => Some(Family::Hmac),
         RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => Some(Family::Rsa),
         ES256 | ES384 => Some(Family::Ec),
-        _ => None,
+        EdDSA => Some(Family::Ed),
     }
 }
 
@@ -42,8 +43,10 @@ pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
         .unwrap_or(defaults::HEADER)
         .to_ascii_lowercase();
     c.header_name(&at("header"), &header);
-    let (algorithms, families) = algorithms(c, f);
+    let jwks = f.jwks_url.is_some() || f.jwks_file.is_some();
+    let (algorithms, families) = algorithms(c, f, jwks);
     let key = match families.first() {
+        _ if jwks => jwks_source(c, f, &algorithms, &families),
         Some(Family::Hmac) => hmac_key(c, f),
         Some(fam) => public_key(c, f, *fam),
         None => JwtKey::Secret(Vec::new()),
@@ -54,6 +57,12 @@ pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
         c.problem(&at("claim"), ProblemKind::EmptyClaim);
     }
     let (issuer, audiences) = issuer_and_audiences(c, f);
+    if jwks && audiences.is_empty() {
+        c.warning(
+            &KeyPath::root("identity").key("jwt"),
+            ProblemKind::NoAudiences,
+        );
+    }
     IdentityConfig::Jwt(JwtConfig {
         header,
         algorithms,
@@ -85,12 +94,15 @@ fn issuer_and_audiences(c: &mut Checker, f: &JwtFile) -> (Option<String>, Vec<St
     (f.issuer.clone(), audiences)
 }
 
-/// The algorithms, and the kinds of key they need (one, when valid).
-fn algorithms(c: &mut Checker, f: &JwtFile) -> (Vec<Algorithm>, Vec<Family>) {
-    let names = f
-        .algorithms
-        .clone()
-        .unwrap_or_else(|| vec![defaults::ALGORITHM.into()]);
+/// The algorithms, and the kinds of key they need (one, when valid; a JWKS
+/// may hold several kinds, never HMAC).
+fn algorithms(c: &mut Checker, f: &JwtFile, jwks: bool) -> (Vec<Algorithm>, Vec<Family>) {
+    let default = if jwks {
+        defaults::JWKS_ALGORITHM
+    } else {
+        defaults::ALGORITHM
+    };
+    let names = f.algorithms.clone().unwrap_or_else(|| vec![default.into()]);
     if names.is_empty() {
         let (key, item) = ("algorithms", "algorithm");
         c.problem(&at("algorithms"), ProblemKind::NeedsOne { key, item });
@@ -114,10 +126,88 @@ fn algorithms(c: &mut Checker, f: &JwtFile) -> (Vec<Algorithm>, Vec<Family>) {
             }
         }
     }
-    if families.len() > 1 {
+    if jwks && families.contains(&Family::Hmac) {
+        c.problem(&at("algorithms"), ProblemKind::HmacWithJwks);
+    } else if families.len() > 1 && !jwks {
         c.problem(&at("algorithms"), ProblemKind::MixedJwtKeys);
     }
     (algorithms, families)
+}
+
+/// `jwks_url` and/or `jwks_file`, with their refresh periods; the file is
+/// read and parsed now.
+fn jwks_source(
+    c: &mut Checker,
+    f: &JwtFile,
+    algorithms: &[Algorithm],
+    families: &[Family],
+) -> JwtKey {
+    for (given, key) in [
+        (f.secret_env.is_some(), "secret_env"),
+        (f.public_key_file.is_some(), "public_key_file"),
+    ] {
+        if given {
+            c.problem(&at(key), ProblemKind::JwksWithOtherKey(key));
+        }
+    }
+    if let Some(url) = &f.jwks_url {
+        if !jwks_url_is_safe(url) {
+            c.problem(&at("jwks_url"), ProblemKind::JwksUrl(url.clone()));
+        }
+    }
+    let file = f.jwks_file.as_ref().and_then(|file| {
+        let path = at("jwks_file");
+        let document = c.read_file(&path, file)?;
+        if families.contains(&Family::Hmac) {
+            return Some(document);
+        }
+        match super::jwks::KeySet::parse(&document, algorithms) {
+            Ok(_) => Some(document),
+            Err(e) => {
+                let kind = ProblemKind::BadJwks {
+                    file: file.clone(),
+                    error: e.to_string(),
+                };
+                c.problem(&path, kind);
+                None
+            }
+        }
+    });
+    let refresh = c.duration(
+        &at("jwks_refresh"),
+        f.jwks_refresh.as_deref(),
+        defaults::JWKS_REFRESH,
+    );
+    let min_refresh = c.duration(
+        &at("jwks_min_refresh"),
+        f.jwks_min_refresh.as_deref(),
+        defaults::JWKS_MIN_REFRESH,
+    );
+    JwtKey::Jwks(JwksSource {
+        url: f.jwks_url.clone(),
+        file,
+        refresh,
+        min_refresh,
+    })
+}
+
+/// An https URL, or http to a loopback address (a provider's keys fetched in
+/// the clear could be replaced on the way).
+fn jwks_url_is_safe(url: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    match (uri.scheme_str(), uri.host()) {
+        (Some("https"), Some(_)) => true,
+        (Some("http"), Some(host)) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        _ => false,
+    }
 }
 
 fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
@@ -165,12 +255,17 @@ fn public_key(c: &mut Checker, f: &JwtFile, fam: Family) -> JwtKey {
     };
     let parsed = match fam {
         Family::Rsa => DecodingKey::from_rsa_pem(&pem).map(|_| JwtKey::RsaPem(pem)),
+        Family::Ed => DecodingKey::from_ed_pem(&pem).map(|_| JwtKey::EdPem(pem)),
         _ => DecodingKey::from_ec_pem(&pem).map(|_| JwtKey::EcPem(pem)),
     };
     parsed.unwrap_or_else(|e| {
         let kind = ProblemKind::NotPublicKey {
             file: file.clone(),
-            family: if fam == Family::Rsa { "RSA" } else { "EC" },
+            family: match fam {
+                Family::Rsa => "RSA",
+                Family::Ed => "Ed25519",
+                _ => "EC",
+            },
             error: e.to_string(),
         };
         c.problem(&path, kind);

@@ -15,6 +15,7 @@ pub mod duration;
 pub mod env;
 pub mod file;
 pub mod forward;
+pub mod jwks;
 mod jwt;
 pub mod position;
 pub mod problem;
@@ -184,6 +185,24 @@ pub enum JwtKey {
     RsaPem(Vec<u8>),
     /// EC public key, PEM (ES256/384).
     EcPem(Vec<u8>),
+    /// Ed25519 public key, PEM (EdDSA).
+    EdPem(Vec<u8>),
+    /// An identity provider's keys, by `kid`, from a JWKS document.
+    Jwks(JwksSource),
+}
+
+/// Where `identity.jwt`'s JWKS keys come from, and how often they are
+/// refreshed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwksSource {
+    /// The provider's JWKS URL (https, or http to a loopback address).
+    pub url: Option<String>,
+    /// A JWKS document read when the config loaded (`jwks_file`).
+    pub file: Option<Vec<u8>>,
+    /// How often the URL is fetched.
+    pub refresh: Duration,
+    /// The least time between fetches for an unknown `kid`.
+    pub min_refresh: Duration,
 }
 
 impl fmt::Debug for JwtConfig {

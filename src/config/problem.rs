@@ -446,7 +446,7 @@ pub enum ProblemKind {
 
     // ---- identity.jwt --------------------------------------------------------
     /// An algorithm sluice does not verify.
-    #[error("unknown or unsupported JWT algorithm `{0}` (use HS256/384/512, RS256/384/512, PS256/384/512, ES256/384; `none` is never accepted)")]
+    #[error("unknown or unsupported JWT algorithm `{0}` (use HS256/384/512, RS256/384/512, PS256/384/512, ES256/384, EdDSA; `none` is never accepted)")]
     UnknownJwtAlgorithm(String),
     /// Algorithms needing different kinds of key.
     #[error("`algorithms` must all use one kind of key: HS* (secret_env), RS*/PS* (an RSA public_key_file) or ES* (an EC public_key_file)")]
@@ -461,8 +461,30 @@ pub enum ProblemKind {
     #[error("RS*/PS*/ES* algorithms verify with `public_key_file`, not a secret")]
     PublicKeyWithSecret,
     /// RS*/PS*/ES* without a key file.
-    #[error("RS*/PS*/ES* algorithms need `public_key_file` (a PEM public key)")]
+    #[error("RS*/PS*/ES*/EdDSA algorithms need `public_key_file` (a PEM public key), `jwks_url` or `jwks_file`")]
     NeedsPublicKey,
+    /// HS* with a JWKS.
+    #[error(
+        "a JWKS holds public keys: `algorithms` may list RS*, PS*, ES256, ES384 and EdDSA, not HS*"
+    )]
+    HmacWithJwks,
+    /// A JWKS and another key.
+    #[error("`jwks_url` / `jwks_file` and `{0}` are exclusive: the JWKS names every key")]
+    JwksWithOtherKey(&'static str),
+    /// A `jwks_url` sluice would fetch in the clear from another host.
+    #[error("`jwks_url` must be an https:// URL (http:// only to a loopback address): {0}")]
+    JwksUrl(String),
+    /// A `jwks_file` that is not a usable JWKS.
+    #[error("`{file}`: {error}")]
+    BadJwks {
+        /// The file.
+        file: String,
+        /// Why.
+        error: String,
+    },
+    /// Warning: provider keys without an audience check.
+    #[error("tokens verified with a JWKS are accepted for any audience: set `audiences` (an identity provider signs every application's tokens with the same keys)")]
+    NoAudiences,
     /// Warning: a short HMAC secret.
     #[error("the secret in `{var}` is {bytes} bytes; HS256 wants at least 32")]
     ShortSecret {
