@@ -62,6 +62,10 @@ pub struct AccessLogLine<'a> {
     /// The consumer whose API key the request carried (never the key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumer: Option<&'a str>,
+    /// The identity method whose credential decided who the request is
+    /// (`jwt`, `api_key`, `header`), when one was present.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<&'static str>,
     /// The request's trace ID (32 hex digits), when tracing is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
@@ -187,6 +191,7 @@ mod tests {
             request_id: Some("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
             trace_id: None,
             consumer: Some("acme"),
+            identity: Some("api_key"),
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));
@@ -239,6 +244,7 @@ mod tests {
             request_id: None,
             trace_id: None,
             consumer: None,
+            identity: None,
         };
         for _ in 0..5 {
             log.write(&line);

@@ -56,6 +56,9 @@ pub struct RequestCtx {
     pub request_id: Option<HeaderValue>,
     /// The established identity, when the route's header edits name it.
     pub user: Option<Vec<u8>>,
+    /// The identity method that decided who the request is, if its
+    /// credential was present (`jwt`, `api_key`, `header`).
+    pub identity: Option<&'static str>,
     /// The chosen server's name as written, for `upstream_host: upstream`.
     pub server_name: Option<HeaderValue>,
     /// Request body bytes received so far.
@@ -93,6 +96,7 @@ impl RequestCtx {
             abandoned: false,
             request_id: None,
             user: None,
+            identity: None,
             server_name: None,
             body_bytes: 0,
             body_too_large: false,
@@ -185,9 +189,18 @@ impl RequestCtx {
         self.verdict = report.verdict;
         self.client = report.client;
         self.user = report.user;
+        self.identity = report.identity;
         if let (Some(trace), Some(decided)) = (self.trace.as_mut(), report.decided) {
             trace.decided(decided);
         }
+    }
+
+    /// The consumer whose API key identified the request (the `user`, when
+    /// the API key was the method that decided).
+    fn consumer(&self) -> Option<&[u8]> {
+        self.user
+            .as_deref()
+            .filter(|_| self.identity == Some("api_key"))
     }
 
     /// The matched route, if any.
@@ -266,7 +279,7 @@ impl RequestCtx {
                     KeySource::Header(name) => Some(name.as_str()),
                     KeySource::Query(_) => None,
                 };
-                (header, self.user.as_deref())
+                (header, self.consumer())
             }),
             forwarded_for: peer,
             request_id: self
@@ -376,6 +389,7 @@ impl RequestCtx {
                 .and_then(|v| v.limit)
                 .zip(route)
                 .map(|(i, r)| r.limits[i].config.name.as_str()),
+            identity: self.identity,
         };
         tracer.export(&trace, &ending);
     }
@@ -419,11 +433,8 @@ impl RequestCtx {
             client,
             request_id: ctx.request_id.as_ref().and_then(|id| id.to_str().ok()),
             trace_id: ctx.trace.as_ref().map(RequestTrace::trace_id_hex),
-            consumer: state
-                .identity
-                .api_keys()
-                .and(ctx.user.as_deref())
-                .and_then(|id| std::str::from_utf8(id).ok()),
+            consumer: ctx.consumer().and_then(|id| std::str::from_utf8(id).ok()),
+            identity: ctx.identity,
         }
     }
 }

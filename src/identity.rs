@@ -52,7 +52,7 @@ pub struct Established<'a> {
 
 impl<'a> Established<'a> {
     /// Just `user`: no claims, no plan, no unknown key.
-    fn user(user: User<'a>) -> Self {
+    pub fn user(user: User<'a>) -> Self {
         Established {
             user,
             claims: None,
@@ -85,6 +85,49 @@ pub enum HeaderValues<'a> {
     Several,
 }
 
+impl HeaderValues<'_> {
+    /// Whether the header was not sent at all.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, HeaderValues::Absent)
+    }
+}
+
+/// `sluice_identity_requests_total{method, result}`: which method decided
+/// who each request is, and what it found.
+pub struct IdentityDecisions {
+    /// By method (`header`, `jwt`, `api_key`, `none`), then result.
+    counters: Vec<(&'static str, [IntCounter; 3])>,
+}
+
+impl IdentityDecisions {
+    /// The counters, made once per configuration.
+    pub fn new(metrics: &IdentityMetrics) -> Self {
+        let counters = ["header", "jwt", "api_key", "none"]
+            .into_iter()
+            .map(|method| {
+                let result = |r: &str| metrics.requests.with_label_values(&[method, r]);
+                (
+                    method,
+                    [result("known"), result("invalid"), result("absent")],
+                )
+            })
+            .collect();
+        Self { counters }
+    }
+
+    /// Counts one request whose identity `method` found `user`.
+    pub fn count(&self, method: &str, user: &User<'_>) {
+        let result = match user {
+            User::Known(_) => 0,
+            User::Invalid(_) => 1,
+            User::Absent => 2,
+        };
+        if let Some((_, counters)) = self.counters.iter().find(|(m, _)| *m == method) {
+            counters[result].inc();
+        }
+    }
+}
+
 /// Establishes request identities from the validated `identity` settings.
 pub enum Identity {
     /// No identity configured: `user` is always absent.
@@ -95,6 +138,9 @@ pub enum Identity {
     Jwt(Box<JwtVerifier>),
     /// An API key a consumers store knows.
     ApiKey(ApiKeys),
+    /// Several methods, in order: the first whose credential a request
+    /// carries decides.
+    Several(Vec<Identity>),
 }
 
 /// API keys, looked up by their hash in a consumers store.
@@ -216,6 +262,12 @@ impl Identity {
             IdentityConfig::None => Identity::None,
             IdentityConfig::Header(name) => Identity::Header(name.clone()),
             IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt, metrics)?)),
+            IdentityConfig::Several(methods) => Identity::Several(
+                methods
+                    .iter()
+                    .map(|m| Identity::new(m, key_prefix, metrics))
+                    .collect::<Result<_, _>>()?,
+            ),
             IdentityConfig::ApiKey(keys) => {
                 let (store, label) = match &keys.store {
                     KeyStore::File { consumers, .. } => {
@@ -241,29 +293,67 @@ impl Identity {
         })
     }
 
-    /// Whether a request without a valid identity must be refused (401).
+    /// Whether a request without a valid identity must be refused (401): of
+    /// one method, whether it is `required`; of several, whether any is (a
+    /// request that carries no credential at all).
     pub fn required(&self) -> bool {
         match self {
             Identity::Jwt(v) => v.required,
             Identity::ApiKey(keys) => keys.required,
+            Identity::Several(methods) => methods.iter().any(Identity::required),
             _ => false,
         }
     }
 
-    /// The API keys, when identity is an API key.
-    pub fn api_keys(&self) -> Option<&ApiKeys> {
+    /// The method's name, as the access log, traces and metrics give it.
+    pub fn name(&self) -> &'static str {
         match self {
+            Identity::None | Identity::Several(_) => "none",
+            Identity::Header(_) => "header",
+            Identity::Jwt(_) => "jwt",
+            Identity::ApiKey(_) => "api_key",
+        }
+    }
+
+    /// The methods in the order they are tried.
+    fn methods(&self) -> &[Identity] {
+        match self {
+            Identity::None => &[],
+            Identity::Several(methods) => methods,
+            one => std::slice::from_ref(one),
+        }
+    }
+
+    /// The method that decides who a request is: the first whose
+    /// credential it carries (`carries` says), if any. A credential that
+    /// is present but invalid still decides: it never falls through to the
+    /// next method, or a client could pick the weakest.
+    pub fn deciding(&self, carries: impl Fn(&Identity) -> bool) -> Option<&Identity> {
+        self.methods().iter().find(|m| carries(m))
+    }
+
+    /// The API keys, when an API key is one of the methods.
+    pub fn api_keys(&self) -> Option<&ApiKeys> {
+        self.methods().iter().find_map(|m| match m {
             Identity::ApiKey(keys) => Some(keys),
             _ => None,
-        }
+        })
     }
 
     /// The identity header that only trusted proxies may set, if identity
     /// comes from a header: removed from requests of other peers before they
     /// go upstream, so the upstream never believes a client's own claim.
     pub fn trusted_header(&self) -> Option<&str> {
+        self.methods().iter().find_map(|m| match m {
+            Identity::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The header a `jwt` method reads its token from, if it is one.
+    pub fn token_header(&self) -> Option<&str> {
         match self {
-            Identity::Header(name) => Some(name),
+            Identity::Jwt(verifier) => Some(&verifier.header),
             _ => None,
         }
     }
@@ -287,6 +377,23 @@ impl Identity {
         from_trusted_proxy: bool,
     ) -> Established<'a> {
         let user = match self {
+            Identity::Several(methods) => {
+                let carries = |m: &Identity| match m {
+                    Identity::Header(name) => {
+                        from_trusted_proxy && !matches!(header(name), HeaderValues::Absent)
+                    }
+                    Identity::Jwt(v) => !matches!(header(&v.header), HeaderValues::Absent),
+                    Identity::ApiKey(keys) => match &keys.source {
+                        KeySource::Header(name) => !matches!(header(name), HeaderValues::Absent),
+                        KeySource::Query(_) => false,
+                    },
+                    _ => false,
+                };
+                return match methods.iter().find(|m| carries(m)) {
+                    Some(method) => method.establish(header, from_trusted_proxy),
+                    None => Established::user(User::Absent),
+                };
+            }
             Identity::None => User::Absent,
             Identity::Header(name) if from_trusted_proxy => match header(name) {
                 HeaderValues::One(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),

@@ -181,6 +181,9 @@ pub struct IdentityMetrics {
     pub lookups: IntCounterVec,
     /// Unknown keys counted against a client's `failures`.
     pub failures: IntCounter,
+    /// Requests by the identity method that decided (`header`, `jwt`,
+    /// `api_key`, `none`) and what it found (`known`, `invalid`, `absent`).
+    pub requests: IntCounterVec,
     /// JWKS fetches by result (`ok`, `error`).
     pub jwks_fetches: IntCounterVec,
     /// Keys in the JWKS set tokens are verified with.
@@ -221,8 +224,14 @@ impl IdentityMetrics {
             "sluice_identity_jwks_last_success_timestamp_seconds",
             "When a fetch of identity.jwt.jwks_url last succeeded (Unix time; 0: never).",
         )?;
+        let opts = Opts::new(
+            "sluice_identity_requests_total",
+            "Requests by the identity method whose credential decided (none: no credential) and what it found.",
+        );
+        let requests = register(registry, IntCounterVec::new(opts, &["method", "result"])?)?;
         Ok(Self {
             lookups,
+            requests,
             jwks_fetches,
             jwks_keys: register(registry, jwks_keys)?,
             jwks_last_success: register(registry, jwks_last_success)?,

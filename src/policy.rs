@@ -22,7 +22,7 @@ use crate::config::{
 };
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
-use crate::identity::{Claims, HeaderValues, User};
+use crate::identity::{ApiKeys, Claims, Established, HeaderValues, Identity, User};
 use crate::key_failures;
 use crate::keys::query_value;
 use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
@@ -567,6 +567,9 @@ pub struct LimitReport {
     pub client: Option<IpAddr>,
     /// The established identity, when the route's header edits name it.
     pub user: Option<Vec<u8>>,
+    /// The identity method that decided who the request is (`jwt`,
+    /// `api_key`, `header`), when its credential was present.
+    pub identity: Option<&'static str>,
     /// The limiter's decision, for the request's trace.
     pub decided: Option<DecisionSpan>,
 }
@@ -837,25 +840,39 @@ async fn identify<'v, 'r>(
     }
     let trusted = state.client_ip.is_trusted(view.peer);
     let head = view.head;
-    let established = match state.identity.api_keys() {
-        Some(keys) => {
-            let sent = match &keys.source {
-                KeySource::Header(name) => header_values(head, name).into(),
-                KeySource::Query(name) => {
-                    query_value(head.uri.query().unwrap_or("").as_bytes(), name)
-                }
-            };
-            keys.establish_remote(sent, &state.decider).await
+    let sent_key = |keys: &ApiKeys| -> PartValue<'v> {
+        match &keys.source {
+            KeySource::Header(name) => header_values(head, name).into(),
+            KeySource::Query(name) => query_value(head.uri.query().unwrap_or("").as_bytes(), name),
         }
-        None => state
-            .identity
-            .establish(|name| header_values(head, name), trusted),
     };
-    if established.store_failed && (state.identity.required() || fails_closed(state)) {
+    let method = state.identity.deciding(|method| match method {
+        Identity::Header(name) => trusted && !header_values(head, name).is_absent(),
+        Identity::Jwt(_) => method
+            .token_header()
+            .is_some_and(|name| !header_values(head, name).is_absent()),
+        Identity::ApiKey(keys) => !matches!(sent_key(keys), PartValue::Missing),
+        _ => false,
+    });
+    let established = match method {
+        Some(Identity::ApiKey(keys)) => keys.establish_remote(sent_key(keys), &state.decider).await,
+        Some(method) => method.establish(|name| header_values(head, name), trusted),
+        None => Established::user(User::Absent),
+    };
+    // Who must be known: the deciding method's rule, or (no credential at
+    // all) whether any method requires one.
+    let required = method.map_or(state.identity.required(), Identity::required);
+    let method_name = method.map_or("none", Identity::name);
+    report.identity = method.map(Identity::name);
+    state
+        .identity_decisions
+        .count(method_name, &established.user);
+    if established.store_failed && (required || fails_closed(state)) {
         return Err(Rejection::Unavailable { route: &route.name });
     }
     let known = matches!(established.user, User::Known(_));
-    if api_keys && (known || established.unknown_key) {
+    let by_api_key = matches!(method, Some(Identity::ApiKey(_)));
+    if by_api_key && (known || established.unknown_key) {
         let client = client_ip(state, head, view.peer);
         report.client = Some(client);
         let unknown = established.unknown_key;
@@ -871,9 +888,7 @@ async fn identify<'v, 'r>(
     }
     let user = match established.user {
         User::Known(user) => Some(user),
-        User::Invalid(_) | User::Absent if state.identity.required() => {
-            return Err(Rejection::Unauthorized)
-        }
+        User::Invalid(_) | User::Absent if required => return Err(Rejection::Unauthorized),
         User::Invalid(reason) => {
             log::debug!("identity ignored: {reason}");
             None

@@ -7,7 +7,7 @@
 //! upstream of a request in flight; the next request sees the new state.
 
 use crate::config::{Config, LimitConfig, RouteAction};
-use crate::identity::Identity;
+use crate::identity::{Identity, IdentityDecisions};
 use crate::keys::ClientIpResolver;
 use crate::limiter::{Decider, LimiterError};
 use crate::metrics::{LimitCounters, Metrics};
@@ -36,6 +36,8 @@ pub struct GatewayState {
     pub client_ip: ClientIpResolver,
     /// What the key part `user` is.
     pub identity: Identity,
+    /// Requests counted by the identity method that decided.
+    pub identity_decisions: IdentityDecisions,
     /// The limiter and its failure policy.
     pub decider: Arc<Decider>,
     /// The rate-limit service's decision counters, with `server.rls`.
@@ -196,6 +198,7 @@ impl GatewayState {
                 &config.limiter.redis.key_prefix,
                 &metrics.identity,
             )?,
+            identity_decisions: IdentityDecisions::new(&metrics.identity),
             decider: Arc::new(decider),
             rls: CompiledRls::build(&config, metrics),
             tracer: tracer(&config, metrics, previous)?,

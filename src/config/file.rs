@@ -20,7 +20,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub client_ip: ClientIpFile,
     #[serde(default)]
-    pub identity: Option<IdentityFile>,
+    pub identity: Option<IdentityMethods>,
     #[serde(default)]
     pub limiter: LimiterFile,
     #[serde(default)]
@@ -145,7 +145,47 @@ pub struct ClientIpFile {
     pub ipv6_prefix: Option<u8>,
 }
 
-/// `identity:` (one of `jwt`, `header` or `api_key`).
+/// `identity:`: one method, or a list of one-method maps tried in order.
+#[derive(Debug)]
+pub enum IdentityMethods {
+    /// `identity: {jwt: …}` (or `header`, `api_key`).
+    One(Box<IdentityFile>),
+    /// `identity: [{jwt: …}, {api_key: …}]`.
+    Several(Vec<IdentityFile>),
+}
+
+impl<'de> Deserialize<'de> for IdentityMethods {
+    /// A map is one method, a sequence a list of them; each is read as an
+    /// [`IdentityFile`], so its errors (an unknown key) keep their words and
+    /// positions.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        struct Methods;
+        impl<'de> serde::de::Visitor<'de> for Methods {
+            type Value = IdentityMethods;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an identity method (header, jwt or api_key), or a list of them")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                IdentityFile::deserialize(MapAccessDeserializer::new(map))
+                    .map(|one| IdentityMethods::One(Box::new(one)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Vec::<IdentityFile>::deserialize(SeqAccessDeserializer::new(seq))
+                    .map(IdentityMethods::Several)
+            }
+        }
+        d.deserialize_any(Methods)
+    }
+}
+
+/// One identity method (one of `jwt`, `header` or `api_key`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityFile {

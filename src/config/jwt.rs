@@ -30,38 +30,36 @@ fn family(algorithm: Algorithm) -> Option<Family> {
     }
 }
 
-/// `identity.jwt.<key>`.
-fn at(key: &str) -> KeyPath {
-    KeyPath::root("identity").key("jwt").key(key)
+/// `<base>.<key>` (`base`: where this `jwt` method is, `identity.jwt` or
+/// `identity[i].jwt`).
+fn at(base: &KeyPath, key: &str) -> KeyPath {
+    base.key(key)
 }
 
 /// Checks `identity.jwt` and loads its key.
-pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
+pub(super) fn validate(c: &mut Checker, base: &KeyPath, f: &JwtFile) -> IdentityConfig {
     let header = f
         .header
         .as_deref()
         .unwrap_or(defaults::HEADER)
         .to_ascii_lowercase();
-    c.header_name(&at("header"), &header);
+    c.header_name(&at(base, "header"), &header);
     let jwks = f.jwks_url.is_some() || f.jwks_file.is_some();
-    let (algorithms, families) = algorithms(c, f, jwks);
+    let (algorithms, families) = algorithms(c, base, f, jwks);
     let key = match families.first() {
-        _ if jwks => jwks_source(c, f, &algorithms, &families),
-        Some(Family::Hmac) => hmac_key(c, f),
-        Some(fam) => public_key(c, f, *fam),
+        _ if jwks => jwks_source(c, base, f, &algorithms, &families),
+        Some(Family::Hmac) => hmac_key(c, base, f),
+        Some(fam) => public_key(c, base, f, *fam),
         None => JwtKey::Secret(Vec::new()),
     };
-    let leeway = c.duration(&at("leeway"), f.leeway.as_deref(), defaults::LEEWAY);
+    let leeway = c.duration(&at(base, "leeway"), f.leeway.as_deref(), defaults::LEEWAY);
     let claim = f.claim.as_deref().unwrap_or(defaults::CLAIM).to_string();
     if claim.is_empty() {
-        c.problem(&at("claim"), ProblemKind::EmptyClaim);
+        c.problem(&at(base, "claim"), ProblemKind::EmptyClaim);
     }
-    let (issuer, audiences) = issuer_and_audiences(c, f);
+    let (issuer, audiences) = issuer_and_audiences(c, base, f);
     if jwks && audiences.is_empty() {
-        c.warning(
-            &KeyPath::root("identity").key("jwt"),
-            ProblemKind::NoAudiences,
-        );
+        c.warning(&base.clone(), ProblemKind::NoAudiences);
     }
     IdentityConfig::Jwt(JwtConfig {
         header,
@@ -76,18 +74,22 @@ pub(super) fn validate(c: &mut Checker, f: &JwtFile) -> IdentityConfig {
 }
 
 /// `issuer` and `audiences`: present means not empty.
-fn issuer_and_audiences(c: &mut Checker, f: &JwtFile) -> (Option<String>, Vec<String>) {
+fn issuer_and_audiences(
+    c: &mut Checker,
+    base: &KeyPath,
+    f: &JwtFile,
+) -> (Option<String>, Vec<String>) {
     if f.issuer.as_deref() == Some("") {
-        c.problem(&at("issuer"), ProblemKind::Empty("issuer".into()));
+        c.problem(&at(base, "issuer"), ProblemKind::Empty("issuer".into()));
     }
     let audiences = f.audiences.clone().unwrap_or_default();
     if f.audiences.as_ref().is_some_and(Vec::is_empty) {
         let (key, item) = ("audiences", "audience");
-        c.problem(&at("audiences"), ProblemKind::NeedsOne { key, item });
+        c.problem(&at(base, "audiences"), ProblemKind::NeedsOne { key, item });
     }
     for (i, audience) in audiences.iter().enumerate() {
         if audience.is_empty() {
-            let path = at("audiences").index(i);
+            let path = at(base, "audiences").index(i);
             c.problem(&path, ProblemKind::Empty("audiences".into()));
         }
     }
@@ -96,7 +98,12 @@ fn issuer_and_audiences(c: &mut Checker, f: &JwtFile) -> (Option<String>, Vec<St
 
 /// The algorithms, and the kinds of key they need (one, when valid; a JWKS
 /// may hold several kinds, never HMAC).
-fn algorithms(c: &mut Checker, f: &JwtFile, jwks: bool) -> (Vec<Algorithm>, Vec<Family>) {
+fn algorithms(
+    c: &mut Checker,
+    base: &KeyPath,
+    f: &JwtFile,
+    jwks: bool,
+) -> (Vec<Algorithm>, Vec<Family>) {
     let default = if jwks {
         defaults::JWKS_ALGORITHM
     } else {
@@ -105,7 +112,7 @@ fn algorithms(c: &mut Checker, f: &JwtFile, jwks: bool) -> (Vec<Algorithm>, Vec<
     let names = f.algorithms.clone().unwrap_or_else(|| vec![default.into()]);
     if names.is_empty() {
         let (key, item) = ("algorithms", "algorithm");
-        c.problem(&at("algorithms"), ProblemKind::NeedsOne { key, item });
+        c.problem(&at(base, "algorithms"), ProblemKind::NeedsOne { key, item });
     }
     let mut algorithms = Vec::new();
     let mut families = Vec::new();
@@ -122,14 +129,14 @@ fn algorithms(c: &mut Checker, f: &JwtFile, jwks: bool) -> (Vec<Algorithm>, Vec<
             }
             None => {
                 let kind = ProblemKind::UnknownJwtAlgorithm(name.clone());
-                c.problem(&at("algorithms").index(i), kind);
+                c.problem(&at(base, "algorithms").index(i), kind);
             }
         }
     }
     if jwks && families.contains(&Family::Hmac) {
-        c.problem(&at("algorithms"), ProblemKind::HmacWithJwks);
+        c.problem(&at(base, "algorithms"), ProblemKind::HmacWithJwks);
     } else if families.len() > 1 && !jwks {
-        c.problem(&at("algorithms"), ProblemKind::MixedJwtKeys);
+        c.problem(&at(base, "algorithms"), ProblemKind::MixedJwtKeys);
     }
     (algorithms, families)
 }
@@ -138,6 +145,7 @@ fn algorithms(c: &mut Checker, f: &JwtFile, jwks: bool) -> (Vec<Algorithm>, Vec<
 /// read and parsed now.
 fn jwks_source(
     c: &mut Checker,
+    base: &KeyPath,
     f: &JwtFile,
     algorithms: &[Algorithm],
     families: &[Family],
@@ -147,16 +155,16 @@ fn jwks_source(
         (f.public_key_file.is_some(), "public_key_file"),
     ] {
         if given {
-            c.problem(&at(key), ProblemKind::JwksWithOtherKey(key));
+            c.problem(&at(base, key), ProblemKind::JwksWithOtherKey(key));
         }
     }
     if let Some(url) = &f.jwks_url {
         if !jwks_url_is_safe(url) {
-            c.problem(&at("jwks_url"), ProblemKind::JwksUrl(url.clone()));
+            c.problem(&at(base, "jwks_url"), ProblemKind::JwksUrl(url.clone()));
         }
     }
     let file = f.jwks_file.as_ref().and_then(|file| {
-        let path = at("jwks_file");
+        let path = at(base, "jwks_file");
         let document = c.read_file(&path, file)?;
         if families.contains(&Family::Hmac) {
             return Some(document);
@@ -174,12 +182,12 @@ fn jwks_source(
         }
     });
     let refresh = c.duration(
-        &at("jwks_refresh"),
+        &at(base, "jwks_refresh"),
         f.jwks_refresh.as_deref(),
         defaults::JWKS_REFRESH,
     );
     let min_refresh = c.duration(
-        &at("jwks_min_refresh"),
+        &at(base, "jwks_min_refresh"),
         f.jwks_min_refresh.as_deref(),
         defaults::JWKS_MIN_REFRESH,
     );
@@ -210,18 +218,18 @@ fn jwks_url_is_safe(url: &str) -> bool {
     }
 }
 
-fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
+fn hmac_key(c: &mut Checker, base: &KeyPath, f: &JwtFile) -> JwtKey {
     if f.public_key_file.is_some() {
-        c.problem(&at("public_key_file"), ProblemKind::HmacWithPublicKey);
+        c.problem(&at(base, "public_key_file"), ProblemKind::HmacWithPublicKey);
     }
     let var = f
         .secret_env
         .clone()
         .unwrap_or_else(|| defaults::SECRET_ENV.into());
     let path = if f.secret_env.is_some() {
-        at("secret_env")
+        at(base, "secret_env")
     } else {
-        KeyPath::root("identity").key("jwt")
+        base.clone()
     };
     match c.env(&var) {
         Some(secret) if !secret.is_empty() => {
@@ -238,18 +246,15 @@ fn hmac_key(c: &mut Checker, f: &JwtFile) -> JwtKey {
     }
 }
 
-fn public_key(c: &mut Checker, f: &JwtFile, fam: Family) -> JwtKey {
+fn public_key(c: &mut Checker, base: &KeyPath, f: &JwtFile, fam: Family) -> JwtKey {
     if f.secret_env.is_some() {
-        c.problem(&at("secret_env"), ProblemKind::PublicKeyWithSecret);
+        c.problem(&at(base, "secret_env"), ProblemKind::PublicKeyWithSecret);
     }
     let Some(file) = &f.public_key_file else {
-        c.problem(
-            &KeyPath::root("identity").key("jwt"),
-            ProblemKind::NeedsPublicKey,
-        );
+        c.problem(&base.clone(), ProblemKind::NeedsPublicKey);
         return JwtKey::Secret(Vec::new());
     };
-    let path = at("public_key_file");
+    let path = at(base, "public_key_file");
     let Some(pem) = c.read_file(&path, file) else {
         return JwtKey::Secret(Vec::new());
     };

@@ -152,6 +152,45 @@ pub enum IdentityConfig {
     Jwt(JwtConfig),
     /// An API key whose hash a consumers store knows: the consumer's id.
     ApiKey(consumers::ApiKeyConfig),
+    /// Several methods, tried in order (at most one of each kind): the
+    /// first whose credential a request carries decides.
+    Several(Vec<IdentityConfig>),
+}
+
+impl IdentityConfig {
+    /// The methods in the order they are tried (none for `None`).
+    pub fn methods(&self) -> &[IdentityConfig] {
+        match self {
+            IdentityConfig::None => &[],
+            IdentityConfig::Several(methods) => methods,
+            one => std::slice::from_ref(one),
+        }
+    }
+
+    /// The `jwt` method, if one is configured.
+    pub fn jwt(&self) -> Option<&JwtConfig> {
+        self.methods().iter().find_map(|m| match m {
+            IdentityConfig::Jwt(jwt) => Some(jwt),
+            _ => None,
+        })
+    }
+
+    /// The `api_key` method, if one is configured.
+    pub fn api_key(&self) -> Option<&consumers::ApiKeyConfig> {
+        self.methods().iter().find_map(|m| match m {
+            IdentityConfig::ApiKey(keys) => Some(keys),
+            _ => None,
+        })
+    }
+
+    /// The `api_key` method, to fill in its consumers file.
+    fn api_key_mut(&mut self) -> Option<&mut consumers::ApiKeyConfig> {
+        match self {
+            IdentityConfig::ApiKey(keys) => Some(keys),
+            IdentityConfig::Several(methods) => methods.iter_mut().find_map(|m| m.api_key_mut()),
+            _ => None,
+        }
+    }
 }
 
 /// `identity.jwt`: how bearer tokens are verified.
@@ -987,7 +1026,7 @@ impl Config {
             .flat_map(|r| &r.limits)
             .flat_map(|l| l.plans.iter().map(|(name, _)| name.clone()))
             .collect();
-        let IdentityConfig::ApiKey(api_key) = &mut self.identity else {
+        let Some(api_key) = self.identity.api_key_mut() else {
             return Ok(Vec::new());
         };
         let consumers::KeyStore::File { path, consumers } = &mut api_key.store else {

@@ -463,6 +463,9 @@ pub enum ProblemKind {
     /// RS*/PS*/ES* without a key file.
     #[error("RS*/PS*/ES*/EdDSA algorithms need `public_key_file` (a PEM public key), `jwks_url` or `jwks_file`")]
     NeedsPublicKey,
+    /// An identity method listed twice.
+    #[error("`identity` lists `{0}` twice: each kind of credential is tried once")]
+    IdentityListedTwice(&'static str),
     /// HS* with a JWKS.
     #[error(
         "a JWKS holds public keys: `algorithms` may list RS*, PS*, ES256, ES384 and EdDSA, not HS*"

@@ -112,6 +112,8 @@ pub struct Ending<'a> {
     pub decision: Option<&'static str>,
     /// The limit that denied (or would have).
     pub limit: Option<&'a str>,
+    /// The identity method that decided who the request is, if any.
+    pub identity: Option<&'static str>,
 }
 
 impl Tracer {
@@ -211,6 +213,9 @@ impl Tracer {
         }
         if let Some(limit) = ending.limit {
             server.push(KeyValue::new("sluice.limit", limit.to_string()));
+        }
+        if let Some(method) = ending.identity {
+            server.push(KeyValue::new("sluice.identity.method", method));
         }
         let name = format!("{} {}", ending.method, ending.route);
         let status = if ending.status >= 500 {

@@ -50,7 +50,7 @@ pub(super) fn check_sources(
     identity: &IdentityConfig,
     has_trusted_proxies: bool,
 ) {
-    if !exempt.claims.is_empty() && !matches!(identity, IdentityConfig::Jwt(_)) {
+    if !exempt.claims.is_empty() && identity.jwt().is_none() {
         c.problem(&path.key("claims"), ProblemKind::ClaimsWithoutJwt);
     }
     if !exempt.headers.is_empty() && !has_trusted_proxies {

@@ -35,10 +35,10 @@ pub(super) fn validate(
     let client_ip = server::client_ip(&mut c, &file.client_ip);
     let identity = server::identity(&mut c, file.identity.as_ref());
     let limiter = limiter::limiter(&mut c, &file.limiter);
-    if let IdentityConfig::ApiKey(keys) = &identity {
+    if let Some(keys) = identity.api_key() {
         let redis_store = matches!(keys.store, super::consumers::KeyStore::Redis { .. });
         if redis_store && limiter.backend == super::Backend::Local {
-            let at = KeyPath::root("identity").key("api_key").key("store");
+            let at = server::identity_path(file.identity.as_ref(), "api_key").key("store");
             c.problem(
                 &at,
                 ProblemKind::Needs("store: redis", "limiter.backend: redis"),
@@ -99,12 +99,10 @@ fn check_route_sources(
             exempt::check_sources(c, &at.key("exempt"), &limit.exempt, identity, trusted);
             let at = at.key("limit_from");
             match &limit.limit_from {
-                Some(PlanSource::Claim(_)) if !matches!(identity, IdentityConfig::Jwt(_)) => {
+                Some(PlanSource::Claim(_)) if identity.jwt().is_none() => {
                     c.problem(&at, ProblemKind::PlanClaimWithoutJwt);
                 }
-                Some(PlanSource::ConsumerPlan)
-                    if !matches!(identity, IdentityConfig::ApiKey(_)) =>
-                {
+                Some(PlanSource::ConsumerPlan) if identity.api_key().is_none() => {
                     c.problem(&at, ProblemKind::ConsumerPlanWithoutApiKey);
                 }
                 Some(PlanSource::Header(_)) if !trusted => {

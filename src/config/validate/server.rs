@@ -1,7 +1,9 @@
 //! `server:`, `client_ip:` and `identity:`.
 
 use super::super::checker::Checker;
-use super::super::file::{AccessLogFile, ClientIpFile, IdentityFile, ServerFile, TlsCertFile};
+use super::super::file::{
+    AccessLogFile, ClientIpFile, IdentityFile, IdentityMethods, ServerFile, TlsCertFile,
+};
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::tls::{LoadedCert, TlsListenerConfig};
 use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
@@ -310,18 +312,64 @@ pub(super) fn client_ip(c: &mut Checker, f: &ClientIpFile) -> ClientIpConfig {
     }
 }
 
-pub(super) fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityConfig {
-    let Some(f) = f else {
-        return IdentityConfig::None;
-    };
-    let path = KeyPath::root("identity");
+pub(super) fn identity(c: &mut Checker, f: Option<&IdentityMethods>) -> IdentityConfig {
+    let root = KeyPath::root("identity");
+    match f {
+        None => IdentityConfig::None,
+        Some(IdentityMethods::One(method)) => identity_method(c, &root, method),
+        Some(IdentityMethods::Several(methods)) => {
+            if methods.is_empty() {
+                let (key, item) = ("identity", "method");
+                c.problem(&root, ProblemKind::NeedsOne { key, item });
+            }
+            let mut seen: Vec<&'static str> = Vec::new();
+            let mut configs = Vec::new();
+            for (i, method) in methods.iter().enumerate() {
+                let path = root.index(i);
+                let config = identity_method(c, &path, method);
+                let kind = match &config {
+                    IdentityConfig::Header(_) => "header",
+                    IdentityConfig::Jwt(_) => "jwt",
+                    IdentityConfig::ApiKey(_) => "api_key",
+                    _ => continue,
+                };
+                if seen.contains(&kind) {
+                    c.problem(&path, ProblemKind::IdentityListedTwice(kind));
+                }
+                seen.push(kind);
+                configs.push(config);
+            }
+            IdentityConfig::Several(configs)
+        }
+    }
+}
+
+/// Where the `kind` method of `identity` is written (`identity.jwt`, or
+/// `identity[i].jwt` in a list), for problems found after validation.
+pub(super) fn identity_path(f: Option<&IdentityMethods>, kind: &str) -> KeyPath {
+    let root = KeyPath::root("identity");
+    if let Some(IdentityMethods::Several(methods)) = f {
+        let given = |m: &IdentityFile| match kind {
+            "jwt" => m.jwt.is_some(),
+            "api_key" => m.api_key.is_some(),
+            _ => m.header.is_some(),
+        };
+        if let Some(i) = methods.iter().position(given) {
+            return root.index(i).key(kind);
+        }
+    }
+    root.key(kind)
+}
+
+/// One identity method at `path`: exactly one of `header`, `jwt`, `api_key`.
+fn identity_method(c: &mut Checker, path: &KeyPath, f: &IdentityFile) -> IdentityConfig {
     let given = [f.header.is_some(), f.jwt.is_some(), f.api_key.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
+    if given.iter().filter(|g| **g).count() != 1 {
         let kind = ProblemKind::OneOf {
             owner: "`identity`",
             keys: "header, jwt or api_key",
         };
-        c.problem(&path, kind);
+        c.problem(path, kind);
         return IdentityConfig::None;
     }
     if let Some(name) = &f.header {
@@ -329,16 +377,12 @@ pub(super) fn identity(c: &mut Checker, f: Option<&IdentityFile>) -> IdentityCon
         return IdentityConfig::Header(name.to_ascii_lowercase());
     }
     if let Some(jwt) = &f.jwt {
-        return super::super::jwt::validate(c, jwt);
+        return super::super::jwt::validate(c, &path.key("jwt"), jwt);
     }
-    if let Some(api_key) = &f.api_key {
-        let config = super::api_key::api_key(c, &path.key("api_key"), api_key);
-        return IdentityConfig::ApiKey(config);
+    match &f.api_key {
+        Some(api_key) => {
+            IdentityConfig::ApiKey(super::api_key::api_key(c, &path.key("api_key"), api_key))
+        }
+        None => IdentityConfig::None,
     }
-    let kind = ProblemKind::OneOf {
-        owner: "`identity`",
-        keys: "header, jwt or api_key",
-    };
-    c.problem(&path, kind);
-    IdentityConfig::None
 }
