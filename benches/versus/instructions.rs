@@ -71,17 +71,42 @@ struct Counted {
     requests: u64,
 }
 
+/// What an instruction-counting part runs against: a Redis, the upstream,
+/// a directory for configs and dumps, and wrk's script.
+pub struct Rig {
+    pub dir: tempfile::TempDir,
+    pub redis: RedisServer,
+    _upstream: crate::process::Daemon,
+    pub upstream_port: u16,
+    pub script: PathBuf,
+}
+
+impl Rig {
+    /// Checks that valgrind is there, and starts Redis and the upstream.
+    pub fn start() -> Self {
+        let valgrind = Command::new("valgrind").arg("--version").output();
+        assert!(
+            valgrind.is_ok_and(|o| o.status.success()),
+            "`valgrind` is not installed: apt-get install valgrind"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let redis = RedisServer::start();
+        let (upstream, upstream_port) = crate::upstream::spawn(dir.path());
+        Rig {
+            dir,
+            redis,
+            _upstream: upstream,
+            upstream_port,
+            script: Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua"),
+        }
+    }
+}
+
 pub fn run(options: &Options) -> String {
-    let valgrind = Command::new("valgrind").arg("--version").output();
-    assert!(
-        valgrind.is_ok_and(|o| o.status.success()),
-        "`valgrind` is not installed: apt-get install valgrind"
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let redis = RedisServer::start();
-    let (_upstream, upstream_port) = crate::upstream::spawn(dir.path());
+    let rig = Rig::start();
+    let (dir, redis, upstream_port, script) =
+        (&rig.dir, &rig.redis, rig.upstream_port, &rig.script);
     let sink = crate::cases::otlp_sink();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua");
     let scenarios: Vec<&str> = ["allowed", "flood"]
         .into_iter()
         .filter(|s| options.scenarios.iter().any(|o| o == s))
@@ -90,16 +115,16 @@ pub fn run(options: &Options) -> String {
     for (index, variant) in VARIANTS.iter().enumerate() {
         let config = Setup {
             tracing: variant.tracing.map(|(ratio, denied)| (sink, ratio, denied)),
-            ..Setup::redis_log(format!("v{index}:"), &redis, upstream_port)
+            ..Setup::redis_log(format!("v{index}:"), redis, upstream_port)
         };
         let out = dir.path().join(format!("callgrind-{index}"));
         let sluice = config.start(&callgrind_wrapper(dir.path(), &out, sluice_binary()));
         let mut row = Vec::new();
         for &scenario in &scenarios {
             let url = format!("http://{}/bench", sluice.addr);
-            warm_up(&url, &script, scenario, || denies(&sluice));
+            warm_up(&url, script, scenario, || denies(&sluice));
             control(sluice.pid(), "--zero");
-            let run = run_wrk(&url, &script, scenario, options.seconds, CONNECTIONS);
+            let run = run_wrk(&url, script, scenario, options.seconds, CONNECTIONS);
             let instructions = dump(sluice.pid(), &out);
             let requests = run.requests.max(1);
             eprintln!(
@@ -114,7 +139,7 @@ pub fn run(options: &Options) -> String {
         }
         counted.push(row);
     }
-    let native = native_figures(&redis, upstream_port, sink, &script, &scenarios, options);
+    let native = native_figures(redis, upstream_port, sink, script, &scenarios, options);
     table(options, &scenarios, &counted, &native)
 }
 

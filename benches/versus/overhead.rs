@@ -19,9 +19,9 @@
 //! case and its floor reads as "sluice's code", "more of Pingora's", "more
 //! allocation" and so on.
 
-use crate::common::{free_port, RedisServer};
+use crate::common::free_port;
 use crate::instructions::{
-    callgrind_wrapper, control, denies, dump_file, sluice_binary, warm_up, Setup, CONNECTIONS,
+    callgrind_wrapper, control, denies, dump_file, sluice_binary, warm_up, Rig, Setup, CONNECTIONS,
 };
 use crate::load::run_wrk;
 use crate::options::Options;
@@ -115,21 +115,15 @@ struct Counted {
 }
 
 pub fn run(options: &Options) -> String {
-    let valgrind = Command::new("valgrind").arg("--version").output();
-    assert!(
-        valgrind.is_ok_and(|o| o.status.success()),
-        "`valgrind` is not installed: apt-get install valgrind"
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let redis = RedisServer::start();
-    let (_upstream, upstream_port) = crate::upstream::spawn(dir.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/versus/wrk.lua");
+    let rig = Rig::start();
+    let (dir, redis, upstream_port, script) =
+        (&rig.dir, &rig.redis, rig.upstream_port, &rig.script);
     let mut counted = Vec::new();
     for (index, case) in CASES.iter().enumerate() {
         let out = dir.path().join(format!("overhead-{index}"));
         let file = match case.name {
             name if name.starts_with("bare") => {
-                measure_bare(dir.path(), &out, upstream_port, case, &script, options)
+                measure_bare(dir.path(), &out, upstream_port, case, script, options)
             }
             name => {
                 let setup = Setup {
@@ -139,12 +133,12 @@ pub fn run(options: &Options) -> String {
                     } else {
                         "local"
                     },
-                    ..Setup::redis_log(format!("o{index}:"), &redis, upstream_port)
+                    ..Setup::redis_log(format!("o{index}:"), redis, upstream_port)
                 };
                 let sluice = setup.start(&callgrind_wrapper(dir.path(), &out, sluice_binary()));
                 let url = format!("http://{}/bench", sluice.addr);
-                warm_up(&url, &script, case.scenario, || denies(&sluice));
-                measure(sluice.pid(), &out, &url, &script, case, options)
+                warm_up(&url, script, case.scenario, || denies(&sluice));
+                measure(sluice.pid(), &out, &url, script, case, options)
             }
         };
         let (file, requests) = file;
