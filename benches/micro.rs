@@ -78,6 +78,7 @@ fn key_building(c: &mut Criterion) {
         query: b"page=2&api_key=key_0123456789abcdef",
         cookie: &|_| PartValue::Missing,
         param: &|_| None,
+        client_cert: None,
     };
     let ip = [KeyPart::Ip];
     let user_and_header = [KeyPart::User, KeyPart::Header("x-api-key".into())];

@@ -3,6 +3,7 @@
 
 use crate::access_log::AccessLogLine;
 use crate::balance::hash_key;
+use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::Balance;
@@ -59,6 +60,8 @@ pub struct RequestCtx {
     /// The identity method that decided who the request is, if its
     /// credential was present (`jwt`, `api_key`, `header`).
     pub identity: Option<&'static str>,
+    /// The connection's verified client certificate, if any.
+    pub client_cert: Option<Arc<ClientCert>>,
     /// The chosen server's name as written, for `upstream_host: upstream`.
     pub server_name: Option<HeaderValue>,
     /// Request body bytes received so far.
@@ -97,6 +100,7 @@ impl RequestCtx {
             request_id: None,
             user: None,
             identity: None,
+            client_cert: None,
             server_name: None,
             body_bytes: 0,
             body_too_large: false,
@@ -346,6 +350,7 @@ impl RequestCtx {
             head,
             peer,
             path: self.path(head),
+            client_cert: self.client_cert.as_deref(),
         };
         let user = self.user.as_deref();
         policy::with_request_parts(&self.state, route, &view, client, user, |request| {

@@ -7,7 +7,9 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
+use crate::client_cert::ClientCert;
 use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
+use crate::config::file::CertField;
 use crate::config::{IdentityConfig, JwtConfig, JwtKey};
 use crate::jwks::Jwks;
 use crate::key_store::RedisKeys;
@@ -95,14 +97,15 @@ impl HeaderValues<'_> {
 /// `sluice_identity_requests_total{method, result}`: which method decided
 /// who each request is, and what it found.
 pub struct IdentityDecisions {
-    /// By method (`header`, `jwt`, `api_key`, `none`), then result.
+    /// By method (`header`, `jwt`, `api_key`, `client_cert`, `none`), then
+    /// result.
     counters: Vec<(&'static str, [IntCounter; 3])>,
 }
 
 impl IdentityDecisions {
     /// The counters, made once per configuration.
     pub fn new(metrics: &IdentityMetrics) -> Self {
-        let counters = ["header", "jwt", "api_key", "none"]
+        let counters = ["header", "jwt", "api_key", "client_cert", "none"]
             .into_iter()
             .map(|method| {
                 let result = |r: &str| metrics.requests.with_label_values(&[method, r]);
@@ -138,6 +141,13 @@ pub enum Identity {
     Jwt(Box<JwtVerifier>),
     /// An API key a consumers store knows.
     ApiKey(ApiKeys),
+    /// The connection's verified client certificate.
+    ClientCert {
+        /// What of it becomes the user.
+        from: CertField,
+        /// Answer 401 without one.
+        required: bool,
+    },
     /// Several methods, in order: the first whose credential a request
     /// carries decides.
     Several(Vec<Identity>),
@@ -262,6 +272,10 @@ impl Identity {
             IdentityConfig::None => Identity::None,
             IdentityConfig::Header(name) => Identity::Header(name.clone()),
             IdentityConfig::Jwt(jwt) => Identity::Jwt(Box::new(JwtVerifier::new(jwt, metrics)?)),
+            IdentityConfig::ClientCert { from, required } => Identity::ClientCert {
+                from: *from,
+                required: *required,
+            },
             IdentityConfig::Several(methods) => Identity::Several(
                 methods
                     .iter()
@@ -300,6 +314,7 @@ impl Identity {
         match self {
             Identity::Jwt(v) => v.required,
             Identity::ApiKey(keys) => keys.required,
+            Identity::ClientCert { required, .. } => *required,
             Identity::Several(methods) => methods.iter().any(Identity::required),
             _ => false,
         }
@@ -312,6 +327,21 @@ impl Identity {
             Identity::Header(_) => "header",
             Identity::Jwt(_) => "jwt",
             Identity::ApiKey(_) => "api_key",
+            Identity::ClientCert { .. } => "client_cert",
+        }
+    }
+
+    /// The user a verified client certificate makes, by `from`.
+    pub fn certificate_user<'a>(from: CertField, cert: &'a ClientCert) -> User<'a> {
+        let value = match from {
+            CertField::SanUri => cert.san_uri.first(),
+            CertField::SanDns => cert.san_dns.first(),
+            CertField::SubjectCn => cert.subject_cn.as_ref(),
+            CertField::Fingerprint => Some(&cert.fingerprint),
+        };
+        match value {
+            Some(value) if !value.is_empty() => User::Known(Cow::Borrowed(value.as_bytes())),
+            _ => User::Invalid("the client certificate lacks the configured name"),
         }
     }
 
@@ -394,7 +424,9 @@ impl Identity {
                     None => Established::user(User::Absent),
                 };
             }
-            Identity::None => User::Absent,
+            // The policy step reads the certificate itself (it is the
+            // connection's, not the request head's).
+            Identity::None | Identity::ClientCert { .. } => User::Absent,
             Identity::Header(name) if from_trusted_proxy => match header(name) {
                 HeaderValues::One(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
                 HeaderValues::Several => User::Invalid("identity header sent more than once"),

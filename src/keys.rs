@@ -4,6 +4,7 @@
 //! request's header values, outputs are strings. Every function is total — any
 //! byte sequence a client can send produces a bounded, Redis-safe key.
 
+use crate::client_cert::ClientCert;
 use crate::config::{ClientIpConfig, IpNet, KeyPart};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -280,6 +281,8 @@ pub struct RequestParts<'a> {
     pub cookie: &'a dyn Fn(&str) -> PartValue<'a>,
     /// Path parameter lookup by name (the route's template).
     pub param: &'a dyn Fn(&str) -> Option<&'a str>,
+    /// The connection's verified client certificate, if any.
+    pub client_cert: Option<&'a ClientCert>,
 }
 
 /// The raw value of `part` in `request` (before hashing).
@@ -296,6 +299,16 @@ pub fn part_value<'a>(part: &KeyPart, request: &RequestParts<'a>) -> PartValue<'
         KeyPart::Param(name) => {
             (request.param)(name).map_or(PartValue::Missing, |v| one(v.as_bytes()))
         }
+        KeyPart::ClientCert => request
+            .client_cert
+            .map_or(PartValue::Missing, |c| one(c.fingerprint.as_bytes())),
+        KeyPart::ClientSubject => request
+            .client_cert
+            .map_or(PartValue::Missing, |c| one(c.subject.as_bytes())),
+        KeyPart::ClientSan => request
+            .client_cert
+            .and_then(ClientCert::san)
+            .map_or(PartValue::Missing, |san| one(san.as_bytes())),
     }
 }
 
@@ -410,6 +423,7 @@ mod tests {
             query: b"",
             cookie: &|_| PartValue::Missing,
             param: &|_| None,
+            client_cert: None,
         };
         build_key(
             "sluice:",
@@ -492,6 +506,7 @@ mod tests {
             query: b"k=a&k=b",
             cookie: &|_| PartValue::Missing,
             param: &|_| Some("42"),
+            client_cert: None,
         };
         let key = |part: KeyPart| build_key("s:", "r", "l", &[part], &parts, true);
         assert_eq!(

@@ -16,6 +16,7 @@ pub mod access_log;
 pub mod admin;
 pub mod attempt;
 pub mod balance;
+pub mod client_cert;
 pub mod config;
 pub mod consumer_api;
 pub mod context;

@@ -182,7 +182,8 @@ pub struct IdentityMetrics {
     /// Unknown keys counted against a client's `failures`.
     pub failures: IntCounter,
     /// Requests by the identity method that decided (`header`, `jwt`,
-    /// `api_key`, `none`) and what it found (`known`, `invalid`, `absent`).
+    /// `api_key`, `client_cert`, `none`) and what it found (`known`,
+    /// `invalid`, `absent`).
     pub requests: IntCounterVec,
     /// JWKS fetches by result (`ok`, `error`).
     pub jwks_fetches: IntCounterVec,

@@ -16,6 +16,7 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::{
     Algorithm, Backend, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource,
@@ -50,6 +51,8 @@ pub struct RequestView<'a> {
     pub peer: IpAddr,
     /// The canonical path.
     pub path: &'a str,
+    /// The connection's verified client certificate, if any.
+    pub client_cert: Option<&'a ClientCert>,
 }
 
 /// Why a request is answered by the gateway instead of the upstream.
@@ -852,12 +855,18 @@ async fn identify<'v, 'r>(
             .token_header()
             .is_some_and(|name| !header_values(head, name).is_absent()),
         Identity::ApiKey(keys) => !matches!(sent_key(keys), PartValue::Missing),
+        Identity::ClientCert { .. } => view.client_cert.is_some(),
         _ => false,
     });
-    let established = match method {
-        Some(Identity::ApiKey(keys)) => keys.establish_remote(sent_key(keys), &state.decider).await,
-        Some(method) => method.establish(|name| header_values(head, name), trusted),
-        None => Established::user(User::Absent),
+    let established = match (method, view.client_cert) {
+        (Some(Identity::ApiKey(keys)), _) => {
+            keys.establish_remote(sent_key(keys), &state.decider).await
+        }
+        (Some(Identity::ClientCert { from, .. }), Some(cert)) => {
+            Established::user(Identity::certificate_user(*from, cert))
+        }
+        (Some(method), _) => method.establish(|name| header_values(head, name), trusted),
+        (None, _) => Established::user(User::Absent),
     };
     // Who must be known: the deciding method's rule, or (no credential at
     // all) whether any method requires one.
@@ -951,6 +960,7 @@ pub fn with_request_parts<R>(
         query: view.head.uri.query().unwrap_or("").as_bytes(),
         cookie: &cookie,
         param: &param,
+        client_cert: view.client_cert,
     };
     f(&parts)
 }

@@ -82,10 +82,12 @@ impl ProxyHttp for Gateway {
         if let Some(early) = ctx.before_limits(session.req_header(), route) {
             return respond::early(session, early, &ctx.voice()).await;
         }
+        ctx.client_cert = respond::client_cert(session);
         let view = RequestView {
             head: session.req_header(),
             peer: respond::peer_ip(session),
             path: ctx.path(session.req_header()),
+            client_cert: ctx.client_cert.as_deref(),
         };
         let judgement = policy::judge(&state, route, &view).await;
         ctx.judged(judgement.report);

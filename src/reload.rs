@@ -121,7 +121,7 @@ impl ReloadJob {
             })?;
         // Of the server settings only `access_log`, the front-door limits,
         // `server_header`, `watch_config` and the TLS listeners' certificates
-        // are reloadable
+        // and client-certificate rules are reloadable
         // (new connections and handshakes take them); the others keep their
         // running values (reported in `changes.needs_restart`).
         let reloaded = std::mem::replace(&mut next.config.server, current.config.server.clone());
@@ -133,6 +133,7 @@ impl ReloadJob {
         for listener in &mut server.tls {
             if let Some(new) = reloaded.tls.iter().find(|n| n.listen == listener.listen) {
                 listener.certs = new.certs.clone();
+                listener.client_auth = new.client_auth.clone();
             }
         }
         // The rate-limit service takes its new rules, defaults and

@@ -2,6 +2,7 @@
 //! gRPC's trailers-only form for a gRPC call), fixed replies, the answer to
 //! an upstream failure, and the wait of a delayed request.
 
+use crate::client_cert::ClientCert;
 use crate::config::forward::CorsPolicy;
 use crate::context::RequestCtx;
 use crate::metrics::Metrics;
@@ -13,6 +14,7 @@ use pingora::prelude::Result;
 use pingora::proxy::{FailToProxy, Session};
 use pingora::{Error, ErrorSource, ErrorType};
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Waits `wait` (a delayed request's turn, `on_limit: delay`); false if
@@ -218,6 +220,13 @@ pub fn peer_ip(session: &Session) -> IpAddr {
         .and_then(|a| a.as_inet())
         .map(|a| a.ip())
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The connection's client certificate, if the handshake verified one
+/// (see `client_cert`): looked up by the SHA-256 Pingora keeps of it.
+pub fn client_cert(session: &Session) -> Option<Arc<ClientCert>> {
+    let digest = session.digest()?.ssl_digest.as_ref()?;
+    crate::client_cert::verified(&digest.cert_digest)
 }
 
 /// How an upstream or gateway failure `e` is answered for `route`: 502

@@ -1,13 +1,20 @@
 //! TLS termination for the `server.tls` listeners (rustls: TLS 1.2 and 1.3,
 //! ALPN `h2` then `http/1.1`). Each handshake takes its certificate, chosen
-//! by SNI, from the configuration current at that moment: a reload (SIGHUP)
-//! that re-reads the certificates serves them to new handshakes at once,
-//! while open connections keep theirs.
+//! by SNI, and its client-certificate rules from the configuration current
+//! at that moment: a reload (SIGHUP) that re-reads the certificates or the
+//! client CA applies to new handshakes at once, while open connections keep
+//! theirs.
 
+use crate::client_cert;
+use crate::config::tls::ClientAuth;
 use crate::state::SharedState;
 use pingora::listeners::tls::TlsSettings;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use std::sync::Arc;
 
 /// Picks the certificate of one TLS listener for each handshake.
@@ -73,13 +80,135 @@ pub fn rls_server_config(state: SharedState) -> Result<Arc<rustls::ServerConfig>
     Ok(Arc::new(config))
 }
 
+/// Asks for and verifies client certificates on one TLS listener, by the
+/// `client_auth` of the configuration current at each handshake (so a
+/// reload that changes the CA file applies to the next handshake).
+/// `required`: no certificate, or one that does not chain to the CA, fails
+/// the handshake. `optional`: such a client is served, as one without a
+/// certificate (its certificate is not recorded as verified).
+pub struct ClientCertAuth {
+    state: SharedState,
+    listen: String,
+    /// For the signatures of the handshake itself.
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl std::fmt::Debug for ClientCertAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertAuth")
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
+impl ClientCertAuth {
+    /// The listener's `client_auth` now, if any.
+    fn current(&self) -> Option<ClientAuth> {
+        let state = self.state.load();
+        let listeners = &state.config.server.tls;
+        let listener = listeners
+            .iter()
+            .find(|l| l.listen == self.listen)
+            .or_else(|| listeners.first())?;
+        listener.client_auth.clone()
+    }
+}
+
+impl ClientCertVerifier for ClientCertAuth {
+    fn offer_client_auth(&self) -> bool {
+        self.current().is_some()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.current().is_some_and(|auth| auth.required)
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let Some(auth) = self.current() else {
+            return Err(rustls::Error::General(
+                "client certificates are not asked for".into(),
+            ));
+        };
+        match auth
+            .verifier
+            .verify_client_cert(end_entity, intermediates, now)
+        {
+            Ok(verified) => {
+                client_cert::record_verified(end_entity);
+                Ok(verified)
+            }
+            Err(e) => {
+                client_cert::forget(end_entity);
+                if auth.required {
+                    log::debug!("client certificate refused on {}: {e}", self.listen);
+                    return Err(e);
+                }
+                log::debug!(
+                    "client certificate ignored on {} (optional): {e}",
+                    self.listen
+                );
+                Ok(ClientCertVerified::assertion())
+            }
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
 /// Pingora's TLS settings for the listener at `listen`: certificates by SNI
-/// from `state`, TLS 1.2 and 1.3, HTTP/2 offered by ALPN.
+/// from `state`, client certificates by its `client_auth`, TLS 1.2 and 1.3,
+/// HTTP/2 offered by ALPN.
 pub fn listener_settings(state: SharedState, listen: &str) -> pingora::Result<TlsSettings> {
     let mut settings = TlsSettings::intermediate("", "")?;
     settings.set_cert_resolver(Arc::new(SniResolver {
+        state: state.clone(),
+        listen: listen.to_string(),
+    }));
+    settings.set_client_cert_verifier(Arc::new(ClientCertAuth {
         state,
         listen: listen.to_string(),
+        provider: Arc::new(rustls::crypto::ring::default_provider()),
     }));
     settings.enable_h2();
     Ok(settings)

@@ -160,6 +160,23 @@ fn key_and_quota(
     let method_text = value_of(&KeyPart::Method)
         .and_then(|m| std::str::from_utf8(m).ok())
         .unwrap_or("");
+    // Client-certificate parts, as the operator names them.
+    let text_of = |part: KeyPart| value_of(&part).map(|v| String::from_utf8_lossy(v).into_owned());
+    let certificate_parts = [
+        KeyPart::ClientCert,
+        KeyPart::ClientSubject,
+        KeyPart::ClientSan,
+    ];
+    let client_cert = certificate_parts
+        .iter()
+        .any(|p| c.key.contains(p))
+        .then(|| crate::client_cert::ClientCert {
+            fingerprint: text_of(KeyPart::ClientCert).unwrap_or_default(),
+            subject: text_of(KeyPart::ClientSubject).unwrap_or_default(),
+            subject_cn: None,
+            san_dns: Vec::new(),
+            san_uri: text_of(KeyPart::ClientSan).into_iter().collect(),
+        });
     let parts = RequestParts {
         ip: &ip_text,
         user: value_of(&KeyPart::User),
@@ -169,6 +186,7 @@ fn key_and_quota(
         query: query_pairs.as_bytes(),
         cookie: &cookie,
         param: &param_part,
+        client_cert: client_cert.as_ref(),
     };
     let (scope, name) = counter_name(route, c);
     let prefix = &state.config.limiter.redis.key_prefix;

@@ -91,8 +91,9 @@ fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
         speaks_h2 && o.front_door.keepalive_timeout != n.front_door.keepalive_timeout,
     );
     if o.tls != n.tls && addresses(o) == addresses(n) {
-        d.applied
-            .push("server.tls certificates re-read (new handshakes use them)".into());
+        d.applied.push(
+            "server.tls certificates and client CAs re-read (new handshakes use them)".into(),
+        );
     }
     rls(o, n, d);
 }

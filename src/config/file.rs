@@ -118,6 +118,28 @@ pub enum RlsHeadersFile {
 pub struct TlsListenerFile {
     pub listen: String,
     pub certs: Vec<TlsCertFile>,
+    /// Client certificates asked for on this listener.
+    pub client_auth: Option<ClientAuthFile>,
+}
+
+/// `server.tls[].client_auth`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuthFile {
+    /// The PEM file of the CA certificates a client certificate must chain to.
+    pub ca: String,
+    /// `required` (the default) or `optional`.
+    pub mode: Option<ClientAuthMode>,
+}
+
+/// Whether a TLS listener refuses clients without a valid certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuthMode {
+    /// No certificate, or one that fails verification: the handshake fails.
+    Required,
+    /// Either is served as a client without a certificate.
+    Optional,
 }
 
 /// One entry of `server.tls[].certs`.
@@ -164,7 +186,9 @@ impl<'de> Deserialize<'de> for IdentityMethods {
         impl<'de> serde::de::Visitor<'de> for Methods {
             type Value = IdentityMethods;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an identity method (header, jwt or api_key), or a list of them")
+                f.write_str(
+                    "an identity method (header, jwt, api_key or client_cert), or a list of them",
+                )
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
@@ -192,6 +216,31 @@ pub struct IdentityFile {
     pub jwt: Option<JwtFile>,
     pub header: Option<String>,
     pub api_key: Option<ApiKeyFile>,
+    pub client_cert: Option<ClientCertIdentityFile>,
+}
+
+/// `identity.client_cert:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCertIdentityFile {
+    /// What of the certificate becomes the user (default `fingerprint`).
+    pub from: Option<CertField>,
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// What of a verified client certificate becomes the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertField {
+    /// The first URI subject alternative name.
+    SanUri,
+    /// The first DNS subject alternative name.
+    SanDns,
+    /// The subject's common name.
+    SubjectCn,
+    /// The SHA-256 of the certificate, hex.
+    Fingerprint,
 }
 
 /// `identity.api_key:`.
@@ -615,14 +664,18 @@ pub struct OverrideFile {
     pub plan: Option<String>,
 }
 
-/// One key part: `ip`, `user`, `method`, `path`, or a map of one entry:
-/// `{header: NAME}`, `{query: NAME}`, `{cookie: NAME}`, `{param: NAME}`.
+/// One key part: `ip`, `user`, `method`, `path`, `client_cert`,
+/// `client_subject`, `client_san`, or a map of one entry: `{header: NAME}`,
+/// `{query: NAME}`, `{cookie: NAME}`, `{param: NAME}`.
 #[derive(Debug, Clone)]
 pub enum KeyPartFile {
     Ip,
     User,
     Method,
     Path,
+    ClientCert,
+    ClientSubject,
+    ClientSan,
     Header(String),
     Query(String),
     Cookie(String),
@@ -630,7 +683,7 @@ pub enum KeyPartFile {
 }
 
 const KEY_PART_EXPECTED: &str =
-    "ip, user, method, path, {header: NAME}, {query: NAME}, {cookie: NAME} or {param: NAME}";
+    "ip, user, method, path, client_cert, client_subject, client_san, {header: NAME}, {query: NAME}, {cookie: NAME} or {param: NAME}";
 
 impl<'de> Deserialize<'de> for KeyPartFile {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -648,6 +701,9 @@ impl<'de> Deserialize<'de> for KeyPartFile {
                     "user" => Ok(KeyPartFile::User),
                     "method" => Ok(KeyPartFile::Method),
                     "path" => Ok(KeyPartFile::Path),
+                    "client_cert" => Ok(KeyPartFile::ClientCert),
+                    "client_subject" => Ok(KeyPartFile::ClientSubject),
+                    "client_san" => Ok(KeyPartFile::ClientSan),
                     "header" | "query" | "cookie" | "param" => {
                         Err(E::custom(format!("write a {v} key part as {{{v}: NAME}}")))
                     }

@@ -152,6 +152,13 @@ pub enum IdentityConfig {
     Jwt(JwtConfig),
     /// An API key whose hash a consumers store knows: the consumer's id.
     ApiKey(consumers::ApiKeyConfig),
+    /// The connection's verified client certificate (`server.tls[].client_auth`).
+    ClientCert {
+        /// What of the certificate becomes the user.
+        from: file::CertField,
+        /// Answer 401 without a verified certificate.
+        required: bool,
+    },
     /// Several methods, tried in order (at most one of each kind): the
     /// first whose credential a request carries decides.
     Several(Vec<IdentityConfig>),
@@ -601,6 +608,13 @@ pub enum KeyPart {
     Cookie(String),
     /// A parameter of the route's path template.
     Param(String),
+    /// The SHA-256 (hex) of the verified client certificate.
+    ClientCert,
+    /// The verified client certificate's subject (RFC 4514 text).
+    ClientSubject,
+    /// The verified client certificate's first URI SAN, else its first
+    /// DNS SAN.
+    ClientSan,
 }
 
 impl KeyPart {
@@ -616,6 +630,9 @@ impl KeyPart {
             KeyPart::Query(name) => format!("query.{name}"),
             KeyPart::Cookie(name) => format!("cookie.{name}"),
             KeyPart::Param(name) => format!("param.{name}"),
+            KeyPart::ClientCert => "client_cert".into(),
+            KeyPart::ClientSubject => "client_subject".into(),
+            KeyPart::ClientSan => "client_san".into(),
         }
     }
 }

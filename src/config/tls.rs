@@ -6,7 +6,10 @@
 use rustls::crypto::ring::sign::any_supported_type;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
+use rustls::RootCertStore;
 use std::sync::Arc;
 
 /// One TLS listener: its address and its certificates, the first the
@@ -17,6 +20,71 @@ pub struct TlsListenerConfig {
     pub listen: String,
     /// At least one.
     pub certs: Vec<LoadedCert>,
+    /// Client certificates asked for, and what they must chain to.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// `client_auth` of a TLS listener: its CA certificates, read when the
+/// configuration loads (and so again on every reload), and the verifier
+/// made from them.
+#[derive(Clone)]
+pub struct ClientAuth {
+    /// The CA file, as written.
+    pub ca_path: String,
+    /// Whether a client without a valid certificate is refused at the
+    /// handshake (else it is served as one without a certificate).
+    pub required: bool,
+    /// Verifies a client's chain against the CA certificates.
+    pub verifier: Arc<dyn ClientCertVerifier>,
+    /// The CA certificates, to tell whether a reload changed them.
+    roots: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("ca", &self.ca_path)
+            .field("required", &self.required)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for ClientAuth {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca_path == other.ca_path
+            && self.required == other.required
+            && self.roots == other.roots
+    }
+}
+
+impl ClientAuth {
+    /// Reads the PEM CA certificates at `ca_path` and makes their verifier.
+    /// The error says which file and why.
+    pub fn load(ca_path: &str, required: bool) -> Result<Self, String> {
+        let pem = std::fs::read(ca_path).map_err(|e| format!("cannot read `{ca_path}`: {e}"))?;
+        let roots: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("`{ca_path}` is not a PEM certificate file: {e}"))?;
+        if roots.is_empty() {
+            return Err(format!("`{ca_path}` holds no PEM certificate"));
+        }
+        let mut store = RootCertStore::empty();
+        for root in &roots {
+            store
+                .add(root.clone())
+                .map_err(|e| format!("`{ca_path}`: a certificate is not a usable CA: {e}"))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
+            .build()
+            .map_err(|e| format!("`{ca_path}`: {e}"))?;
+        Ok(Self {
+            ca_path: ca_path.to_string(),
+            required,
+            verifier,
+            roots,
+        })
+    }
 }
 
 /// A certificate chain and its private key, ready to serve.

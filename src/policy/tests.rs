@@ -48,6 +48,7 @@ fn judge_now<'a>(
         head,
         peer: PEER,
         path: head.uri.path(),
+        client_cert: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -473,6 +473,9 @@ pub(super) fn key_parts(
         key.push(match part {
             KeyPartFile::Ip => KeyPart::Ip,
             KeyPartFile::User => KeyPart::User,
+            KeyPartFile::ClientCert => KeyPart::ClientCert,
+            KeyPartFile::ClientSubject => KeyPart::ClientSubject,
+            KeyPartFile::ClientSan => KeyPart::ClientSan,
             KeyPartFile::Method => KeyPart::Method,
             KeyPartFile::Path => KeyPart::Path,
             KeyPartFile::Header(name) => {

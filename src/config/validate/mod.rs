@@ -45,6 +45,20 @@ pub(super) fn validate(
             );
         }
     }
+    let certificates = identity
+        .methods()
+        .iter()
+        .any(|m| matches!(m, IdentityConfig::ClientCert { .. }));
+    if certificates && server.tls.iter().all(|l| l.client_auth.is_none()) {
+        let at = server::identity_path(file.identity.as_ref(), "client_cert");
+        c.problem(
+            &at,
+            ProblemKind::Needs(
+                "identity.client_cert",
+                "a server.tls listener with client_auth",
+            ),
+        );
+    }
     let response = limiter::response(&mut c, &file.response);
     let upstreams = file
         .upstreams

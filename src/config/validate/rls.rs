@@ -48,6 +48,7 @@ pub(super) fn rls(c: &mut Checker, f: &RlsFile, taken: &[&str]) -> RlsConfig {
         TlsListenerConfig {
             listen: f.listen.clone(),
             certs: load_certs(c, &at.key("certs"), certs),
+            client_auth: None,
         }
     });
     RlsConfig {

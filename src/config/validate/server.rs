@@ -2,10 +2,11 @@
 
 use super::super::checker::Checker;
 use super::super::file::{
-    AccessLogFile, ClientIpFile, IdentityFile, IdentityMethods, ServerFile, TlsCertFile,
+    AccessLogFile, CertField, ClientAuthMode, ClientIpFile, IdentityFile, IdentityMethods,
+    ServerFile, TlsCertFile,
 };
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::tls::{LoadedCert, TlsListenerConfig};
+use super::super::tls::{ClientAuth, LoadedCert, TlsListenerConfig};
 use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
 use http::HeaderName;
 use std::net::SocketAddr;
@@ -157,9 +158,21 @@ fn tls_listeners(
             );
         }
         let certs = load_certs(c, &at.key("certs"), &l.certs);
+        let client_auth = l.client_auth.as_ref().and_then(|auth| {
+            let required = auth.mode != Some(ClientAuthMode::Optional);
+            ClientAuth::load(&auth.ca, required)
+                .map_err(|why| {
+                    c.problem(
+                        &at.key("client_auth").key("ca"),
+                        ProblemKind::BadCertificate(why),
+                    );
+                })
+                .ok()
+        });
         listeners.push(TlsListenerConfig {
             listen: l.listen.clone(),
             certs,
+            client_auth,
         });
     }
     listeners
@@ -331,6 +344,7 @@ pub(super) fn identity(c: &mut Checker, f: Option<&IdentityMethods>) -> Identity
                     IdentityConfig::Header(_) => "header",
                     IdentityConfig::Jwt(_) => "jwt",
                     IdentityConfig::ApiKey(_) => "api_key",
+                    IdentityConfig::ClientCert { .. } => "client_cert",
                     _ => continue,
                 };
                 if seen.contains(&kind) {
@@ -352,6 +366,7 @@ pub(super) fn identity_path(f: Option<&IdentityMethods>, kind: &str) -> KeyPath 
         let given = |m: &IdentityFile| match kind {
             "jwt" => m.jwt.is_some(),
             "api_key" => m.api_key.is_some(),
+            "client_cert" => m.client_cert.is_some(),
             _ => m.header.is_some(),
         };
         if let Some(i) = methods.iter().position(given) {
@@ -361,16 +376,28 @@ pub(super) fn identity_path(f: Option<&IdentityMethods>, kind: &str) -> KeyPath 
     root.key(kind)
 }
 
-/// One identity method at `path`: exactly one of `header`, `jwt`, `api_key`.
+/// One identity method at `path`: exactly one of `header`, `jwt`,
+/// `api_key`, `client_cert`.
 fn identity_method(c: &mut Checker, path: &KeyPath, f: &IdentityFile) -> IdentityConfig {
-    let given = [f.header.is_some(), f.jwt.is_some(), f.api_key.is_some()];
+    let given = [
+        f.header.is_some(),
+        f.jwt.is_some(),
+        f.api_key.is_some(),
+        f.client_cert.is_some(),
+    ];
     if given.iter().filter(|g| **g).count() != 1 {
         let kind = ProblemKind::OneOf {
             owner: "`identity`",
-            keys: "header, jwt or api_key",
+            keys: "header, jwt, api_key or client_cert",
         };
         c.problem(path, kind);
         return IdentityConfig::None;
+    }
+    if let Some(cert) = &f.client_cert {
+        return IdentityConfig::ClientCert {
+            from: cert.from.unwrap_or(CertField::Fingerprint),
+            required: cert.required,
+        };
     }
     if let Some(name) = &f.header {
         c.header_name(&path.key("header"), name);
