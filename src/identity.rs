@@ -7,6 +7,7 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
+use crate::auth_request::AuthService;
 use crate::client_cert::ClientCert;
 use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
 use crate::config::file::CertField;
@@ -97,24 +98,31 @@ impl HeaderValues<'_> {
 /// `sluice_identity_requests_total{method, result}`: which method decided
 /// who each request is, and what it found.
 pub struct IdentityDecisions {
-    /// By method (`header`, `jwt`, `api_key`, `client_cert`, `none`), then
-    /// result.
+    /// By method (`header`, `jwt`, `api_key`, `client_cert`,
+    /// `auth_request`, `none`), then result.
     counters: Vec<(&'static str, [IntCounter; 3])>,
 }
 
 impl IdentityDecisions {
     /// The counters, made once per configuration.
     pub fn new(metrics: &IdentityMetrics) -> Self {
-        let counters = ["header", "jwt", "api_key", "client_cert", "none"]
-            .into_iter()
-            .map(|method| {
-                let result = |r: &str| metrics.requests.with_label_values(&[method, r]);
-                (
-                    method,
-                    [result("known"), result("invalid"), result("absent")],
-                )
-            })
-            .collect();
+        let counters = [
+            "header",
+            "jwt",
+            "api_key",
+            "client_cert",
+            "auth_request",
+            "none",
+        ]
+        .into_iter()
+        .map(|method| {
+            let result = |r: &str| metrics.requests.with_label_values(&[method, r]);
+            (
+                method,
+                [result("known"), result("invalid"), result("absent")],
+            )
+        })
+        .collect();
         Self { counters }
     }
 
@@ -148,6 +156,8 @@ pub enum Identity {
         /// Answer 401 without one.
         required: bool,
     },
+    /// An auth service asked about each request.
+    AuthRequest(Box<AuthService>),
     /// Several methods, in order: the first whose credential a request
     /// carries decides.
     Several(Vec<Identity>),
@@ -276,6 +286,10 @@ impl Identity {
                 from: *from,
                 required: *required,
             },
+            IdentityConfig::AuthRequest(auth) => Identity::AuthRequest(Box::new(
+                AuthService::new(auth, metrics)
+                    .map_err(|_| jsonwebtoken::errors::ErrorKind::InvalidKeyFormat)?,
+            )),
             IdentityConfig::Several(methods) => Identity::Several(
                 methods
                     .iter()
@@ -315,6 +329,7 @@ impl Identity {
             Identity::Jwt(v) => v.required,
             Identity::ApiKey(keys) => keys.required,
             Identity::ClientCert { required, .. } => *required,
+            Identity::AuthRequest(service) => service.required(),
             Identity::Several(methods) => methods.iter().any(Identity::required),
             _ => false,
         }
@@ -328,6 +343,7 @@ impl Identity {
             Identity::Jwt(_) => "jwt",
             Identity::ApiKey(_) => "api_key",
             Identity::ClientCert { .. } => "client_cert",
+            Identity::AuthRequest(_) => "auth_request",
         }
     }
 
@@ -426,7 +442,7 @@ impl Identity {
             }
             // The policy step reads the certificate itself (it is the
             // connection's, not the request head's).
-            Identity::None | Identity::ClientCert { .. } => User::Absent,
+            Identity::None | Identity::ClientCert { .. } | Identity::AuthRequest(_) => User::Absent,
             Identity::Header(name) if from_trusted_proxy => match header(name) {
                 HeaderValues::One(value) if !value.is_empty() => User::Known(Cow::Borrowed(value)),
                 HeaderValues::Several => User::Invalid("identity header sent more than once"),

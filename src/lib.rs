@@ -15,6 +15,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod attempt;
+pub mod auth_request;
 pub mod balance;
 pub mod client_cert;
 pub mod config;

@@ -185,6 +185,11 @@ pub struct IdentityMetrics {
     /// `api_key`, `client_cert`, `none`) and what it found (`known`,
     /// `invalid`, `absent`).
     pub requests: IntCounterVec,
+    /// Auth-service answers by result (`ok`, `denied`, `error`, `timeout`,
+    /// `cached`).
+    pub auth_requests: IntCounterVec,
+    /// How long the auth service took to answer.
+    pub auth_request_seconds: Histogram,
     /// JWKS fetches by result (`ok`, `error`).
     pub jwks_fetches: IntCounterVec,
     /// Keys in the JWKS set tokens are verified with.
@@ -230,9 +235,27 @@ impl IdentityMetrics {
             "Requests by the identity method whose credential decided (none: no credential) and what it found.",
         );
         let requests = register(registry, IntCounterVec::new(opts, &["method", "result"])?)?;
+        let opts = Opts::new(
+            "sluice_identity_auth_requests_total",
+            "Answers of identity.auth_request, by result (cached: reused for the same credential).",
+        );
+        let auth_requests = register(registry, IntCounterVec::new(opts, &["result"])?)?;
+        for result in ["ok", "denied", "error", "timeout", "cached"] {
+            auth_requests.with_label_values(&[result]);
+        }
+        let opts = HistogramOpts::new(
+            "sluice_identity_auth_request_seconds",
+            "How long identity.auth_request took to answer (or to time out).",
+        )
+        .buckets(vec![
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]);
+        let auth_request_seconds = register(registry, Histogram::with_opts(opts)?)?;
         Ok(Self {
             lookups,
             requests,
+            auth_requests,
+            auth_request_seconds,
             jwks_fetches,
             jwks_keys: register(registry, jwks_keys)?,
             jwks_last_success: register(registry, jwks_last_success)?,

@@ -16,6 +16,7 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+use crate::auth_request::AuthAnswer;
 use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::{
@@ -98,6 +99,16 @@ pub enum Rejection<'a> {
     PayloadTooLarge {
         /// The route's name.
         route: Option<&'a str>,
+    },
+    /// The auth service refused the request (401 or 403): its answer,
+    /// passed on.
+    AuthRefused {
+        /// 401 or 403.
+        status: u16,
+        /// The service's body.
+        body: Bytes,
+        /// The service's `WWW-Authenticate` and `Content-Type`.
+        headers: Vec<(&'static str, HeaderValue)>,
     },
     /// Something in the gateway itself failed: 500.
     Internal,
@@ -242,6 +253,18 @@ impl Rejection<'_> {
                 },
             ),
             Rejection::Internal => (500, Vec::new(), ErrorBody::only("internal_error")),
+            Rejection::AuthRefused {
+                status,
+                body,
+                headers,
+            } => {
+                return Reply {
+                    status: *status,
+                    content_type: "text/plain",
+                    headers: headers.clone(),
+                    body: body.clone(),
+                }
+            }
         };
         let body = body.to_json();
         Reply {
@@ -264,6 +287,10 @@ impl Rejection<'_> {
             Rejection::BadRequest => (13, "bad request".to_string(), Vec::new()),
             Rejection::NotFound => (12, "no route".to_string(), Vec::new()),
             Rejection::Unauthorized => (16, "unauthorized".to_string(), Vec::new()),
+            Rejection::AuthRefused { status: 403, .. } => {
+                (7, "permission denied".to_string(), Vec::new())
+            }
+            Rejection::AuthRefused { .. } => (16, "unauthorized".to_string(), Vec::new()),
             Rejection::TooMany {
                 route,
                 limit,
@@ -856,14 +883,63 @@ async fn identify<'v, 'r>(
             .is_some_and(|name| !header_values(head, name).is_absent()),
         Identity::ApiKey(keys) => !matches!(sent_key(keys), PartValue::Missing),
         Identity::ClientCert { .. } => view.client_cert.is_some(),
+        Identity::AuthRequest(service) => service
+            .headers()
+            .iter()
+            .any(|name| !header_values(head, name).is_absent()),
         _ => false,
     });
+    let mut service_failed = false;
     let established = match (method, view.client_cert) {
         (Some(Identity::ApiKey(keys)), _) => {
             keys.establish_remote(sent_key(keys), &state.decider).await
         }
         (Some(Identity::ClientCert { from, .. }), Some(cert)) => {
             Established::user(Identity::certificate_user(*from, cert))
+        }
+        (Some(Identity::AuthRequest(service)), _) => {
+            let sent: Vec<Option<&[u8]>> = service
+                .headers()
+                .iter()
+                .map(|name| head.headers.get(name.as_str()).map(|v| v.as_bytes()))
+                .collect();
+            let target = head.uri.path_and_query().map_or("/", |t| t.as_str());
+            match service.ask(head.method.as_str(), target, &sent).await {
+                AuthAnswer::Known { user, plan } => Established {
+                    plan,
+                    ..Established::user(match user {
+                        Some(user) => User::Known(Cow::Owned(user.as_bytes().to_vec())),
+                        None => User::Invalid("the auth service named no user"),
+                    })
+                },
+                AuthAnswer::Refused {
+                    status,
+                    body,
+                    www_authenticate,
+                    content_type,
+                } => {
+                    let mut headers = Vec::new();
+                    if let Some(value) = content_type {
+                        headers.push(("content-type", value));
+                    }
+                    if let Some(value) = www_authenticate {
+                        headers.push(("www-authenticate", value));
+                    }
+                    state
+                        .identity_decisions
+                        .count("auth_request", &User::Invalid("refused"));
+                    report.identity = Some("auth_request");
+                    return Err(Rejection::AuthRefused {
+                        status,
+                        body,
+                        headers,
+                    });
+                }
+                AuthAnswer::Failed(why) => {
+                    service_failed = true;
+                    Established::user(User::Invalid(why))
+                }
+            }
         }
         (Some(method), _) => method.establish(|name| header_values(head, name), trusted),
         (None, _) => Established::user(User::Absent),
@@ -877,6 +953,11 @@ async fn identify<'v, 'r>(
         .identity_decisions
         .count(method_name, &established.user);
     if established.store_failed && (required || fails_closed(state)) {
+        return Err(Rejection::Unavailable { route: &route.name });
+    }
+    // A failed auth service never lets a request in as anonymous where an
+    // identity is required.
+    if service_failed && required {
         return Err(Rejection::Unavailable { route: &route.name });
     }
     let known = matches!(established.user, User::Known(_));

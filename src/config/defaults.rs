@@ -152,3 +152,16 @@ pub mod jwt {
     /// `leeway`.
     pub const LEEWAY: Duration = Duration::ZERO;
 }
+
+/// Defaults of `identity.auth_request`.
+pub mod auth_request {
+    use std::time::Duration;
+    /// `timeout`.
+    pub const TIMEOUT: Duration = Duration::from_millis(500);
+    /// `headers`.
+    pub const HEADERS: [&str; 2] = ["authorization", "cookie"];
+    /// `user_header`.
+    pub const USER_HEADER: &str = "x-auth-user";
+    /// `cache_ttl` (off).
+    pub const CACHE_TTL: Duration = Duration::ZERO;
+}

@@ -217,6 +217,23 @@ pub struct IdentityFile {
     pub header: Option<String>,
     pub api_key: Option<ApiKeyFile>,
     pub client_cert: Option<ClientCertIdentityFile>,
+    pub auth_request: Option<AuthRequestFile>,
+}
+
+/// `identity.auth_request:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthRequestFile {
+    pub url: Option<String>,
+    pub timeout: Option<String>,
+    /// The request headers sent along (the credential).
+    #[serde(default)]
+    pub headers: Vec<String>,
+    pub user_header: Option<String>,
+    pub plan_header: Option<String>,
+    pub cache_ttl: Option<String>,
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// `identity.client_cert:`.

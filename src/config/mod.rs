@@ -159,6 +159,8 @@ pub enum IdentityConfig {
         /// Answer 401 without a verified certificate.
         required: bool,
     },
+    /// An auth service asked about each request (`identity.auth_request`).
+    AuthRequest(AuthRequestConfig),
     /// Several methods, tried in order (at most one of each kind): the
     /// first whose credential a request carries decides.
     Several(Vec<IdentityConfig>),
@@ -198,6 +200,25 @@ impl IdentityConfig {
             _ => None,
         }
     }
+}
+
+/// `identity.auth_request`: an auth service that says who a request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthRequestConfig {
+    /// Where it is asked (http or https).
+    pub url: String,
+    /// How long an answer may take; past it, the request is not known.
+    pub timeout: Duration,
+    /// The request headers sent along (lower-case names): the credential.
+    pub headers: Vec<String>,
+    /// The service's answer header naming the user.
+    pub user_header: String,
+    /// The service's answer header naming the plan, if any.
+    pub plan_header: Option<String>,
+    /// How long a 2xx answer is reused for the same credential (zero: never).
+    pub cache_ttl: Duration,
+    /// Answer 401 without a credential, 503 when the service fails.
+    pub required: bool,
 }
 
 /// `identity.jwt`: how bearer tokens are verified.

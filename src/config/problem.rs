@@ -463,6 +463,9 @@ pub enum ProblemKind {
     /// RS*/PS*/ES* without a key file.
     #[error("RS*/PS*/ES*/EdDSA algorithms need `public_key_file` (a PEM public key), `jwks_url` or `jwks_file`")]
     NeedsPublicKey,
+    /// A URL sluice cannot ask.
+    #[error("`{0}` is not an http:// or https:// URL with a host")]
+    BadUrl(String),
     /// An identity method listed twice.
     #[error("`identity` lists `{0}` twice: each kind of credential is tried once")]
     IdentityListedTwice(&'static str),
@@ -572,7 +575,7 @@ pub enum ProblemKind {
     BadKeyStore(String),
     /// `limit_from: {consumer: plan}` without API keys.
     #[error(
-        "`limit_from: {{consumer: plan}}` needs `identity.api_key`: a consumer is known by its key"
+        "`limit_from: {{consumer: plan}}` needs `identity.api_key` (a consumer is known by its key) or `identity.auth_request` (its plan_header)"
     )]
     ConsumerPlanWithoutApiKey,
     /// `limit_from: {consumer: X}` with X not `plan`.

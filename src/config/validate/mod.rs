@@ -116,7 +116,9 @@ fn check_route_sources(
                 Some(PlanSource::Claim(_)) if identity.jwt().is_none() => {
                     c.problem(&at, ProblemKind::PlanClaimWithoutJwt);
                 }
-                Some(PlanSource::ConsumerPlan) if identity.api_key().is_none() => {
+                Some(PlanSource::ConsumerPlan)
+                    if identity.api_key().is_none() && !has_auth_request(identity) =>
+                {
                     c.problem(&at, ProblemKind::ConsumerPlanWithoutApiKey);
                 }
                 Some(PlanSource::Header(_)) if !trusted => {
@@ -143,4 +145,13 @@ fn warn_user_keys_without_identity(c: &mut Checker, routes: &[RouteConfig]) {
 /// `routes[r]`.
 fn route_path(r: usize) -> KeyPath {
     KeyPath::root("routes").index(r)
+}
+
+/// Whether an auth service is one of the identity methods (its answers name
+/// plans too).
+fn has_auth_request(identity: &IdentityConfig) -> bool {
+    identity
+        .methods()
+        .iter()
+        .any(|m| matches!(m, IdentityConfig::AuthRequest(_)))
 }

@@ -2,12 +2,14 @@
 
 use super::super::checker::Checker;
 use super::super::file::{
-    AccessLogFile, CertField, ClientAuthMode, ClientIpFile, IdentityFile, IdentityMethods,
-    ServerFile, TlsCertFile,
+    AccessLogFile, AuthRequestFile, CertField, ClientAuthMode, ClientIpFile, IdentityFile,
+    IdentityMethods, ServerFile, TlsCertFile,
 };
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::tls::{ClientAuth, LoadedCert, TlsListenerConfig};
-use super::super::{ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig};
+use super::super::{
+    AuthRequestConfig, ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig,
+};
 use http::HeaderName;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -345,6 +347,7 @@ pub(super) fn identity(c: &mut Checker, f: Option<&IdentityMethods>) -> Identity
                     IdentityConfig::Jwt(_) => "jwt",
                     IdentityConfig::ApiKey(_) => "api_key",
                     IdentityConfig::ClientCert { .. } => "client_cert",
+                    IdentityConfig::AuthRequest(_) => "auth_request",
                     _ => continue,
                 };
                 if seen.contains(&kind) {
@@ -367,6 +370,7 @@ pub(super) fn identity_path(f: Option<&IdentityMethods>, kind: &str) -> KeyPath 
             "jwt" => m.jwt.is_some(),
             "api_key" => m.api_key.is_some(),
             "client_cert" => m.client_cert.is_some(),
+            "auth_request" => m.auth_request.is_some(),
             _ => m.header.is_some(),
         };
         if let Some(i) = methods.iter().position(given) {
@@ -384,14 +388,18 @@ fn identity_method(c: &mut Checker, path: &KeyPath, f: &IdentityFile) -> Identit
         f.jwt.is_some(),
         f.api_key.is_some(),
         f.client_cert.is_some(),
+        f.auth_request.is_some(),
     ];
     if given.iter().filter(|g| **g).count() != 1 {
         let kind = ProblemKind::OneOf {
             owner: "`identity`",
-            keys: "header, jwt, api_key or client_cert",
+            keys: "header, jwt, api_key, client_cert or auth_request",
         };
         c.problem(path, kind);
         return IdentityConfig::None;
+    }
+    if let Some(auth) = &f.auth_request {
+        return IdentityConfig::AuthRequest(auth_request(c, &path.key("auth_request"), auth));
     }
     if let Some(cert) = &f.client_cert {
         return IdentityConfig::ClientCert {
@@ -411,5 +419,55 @@ fn identity_method(c: &mut Checker, path: &KeyPath, f: &IdentityFile) -> Identit
             IdentityConfig::ApiKey(super::api_key::api_key(c, &path.key("api_key"), api_key))
         }
         None => IdentityConfig::None,
+    }
+}
+
+/// `identity.auth_request`: its URL (http or https), timeout, the headers it
+/// is sent and the ones it answers with.
+fn auth_request(c: &mut Checker, at: &KeyPath, f: &AuthRequestFile) -> AuthRequestConfig {
+    use super::super::defaults::auth_request as d;
+    let url = f.url.clone().unwrap_or_else(|| {
+        c.problem(at, ProblemKind::Needs("auth_request", "url"));
+        String::new()
+    });
+    let scheme = url.parse::<http::Uri>().ok().and_then(|u| {
+        let scheme = u.scheme_str()?.to_string();
+        u.host()?;
+        Some(scheme)
+    });
+    if !url.is_empty() && !matches!(scheme.as_deref(), Some("http" | "https")) {
+        c.problem(&at.key("url"), ProblemKind::BadUrl(url.clone()));
+    }
+    let timeout = c.duration(&at.key("timeout"), f.timeout.as_deref(), d::TIMEOUT);
+    if timeout.is_zero() {
+        c.problem(&at.key("timeout"), ProblemKind::Zero("timeout".into()));
+    }
+    let headers: Vec<String> = if f.headers.is_empty() {
+        d::HEADERS.iter().map(|h| h.to_string()).collect()
+    } else {
+        f.headers.iter().map(|h| h.to_ascii_lowercase()).collect()
+    };
+    for (i, name) in headers.iter().enumerate() {
+        c.header_name(&at.key("headers").index(i), name);
+    }
+    let user_header = f
+        .user_header
+        .as_deref()
+        .unwrap_or(d::USER_HEADER)
+        .to_ascii_lowercase();
+    c.header_name(&at.key("user_header"), &user_header);
+    let plan_header = f.plan_header.as_ref().map(|h| h.to_ascii_lowercase());
+    if let Some(name) = &plan_header {
+        c.header_name(&at.key("plan_header"), name);
+    }
+    let cache_ttl = c.duration(&at.key("cache_ttl"), f.cache_ttl.as_deref(), d::CACHE_TTL);
+    AuthRequestConfig {
+        url,
+        timeout,
+        headers,
+        user_header,
+        plan_header,
+        cache_ttl,
+        required: f.required,
     }
 }
