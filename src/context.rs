@@ -197,6 +197,9 @@ impl RequestCtx {
         if let (Some(trace), Some(decided)) = (self.trace.as_mut(), report.decided) {
             trace.decided(decided);
         }
+        if let (Some(trace), Some(auth)) = (self.trace.as_mut(), report.auth) {
+            trace.asked_auth(auth);
+        }
     }
 
     /// The consumer whose API key identified the request (the `user`, when

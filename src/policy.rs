@@ -36,7 +36,7 @@ use crate::metrics::DecisionLabel;
 use crate::request::{canonical_request, header_values};
 use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::top_keys::parts_of;
-use crate::trace::DecisionSpan;
+use crate::trace::{AuthSpan, DecisionSpan};
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora::http::RequestHeader;
@@ -602,6 +602,8 @@ pub struct LimitReport {
     pub identity: Option<&'static str>,
     /// The limiter's decision, for the request's trace.
     pub decided: Option<DecisionSpan>,
+    /// The auth service's answer, for the request's trace.
+    pub auth: Option<AuthSpan>,
 }
 
 /// What to do with a routed request.
@@ -904,7 +906,18 @@ async fn identify<'v, 'r>(
                 .map(|name| head.headers.get(name.as_str()).map(|v| v.as_bytes()))
                 .collect();
             let target = head.uri.path_and_query().map_or("/", |t| t.as_str());
-            match service.ask(head.method.as_str(), target, &sent).await {
+            let start = Instant::now();
+            let answer = service.ask(head.method.as_str(), target, &sent).await;
+            report.auth = Some(AuthSpan {
+                start,
+                end: Instant::now(),
+                result: match &answer {
+                    AuthAnswer::Known { .. } => "ok",
+                    AuthAnswer::Refused { .. } => "denied",
+                    AuthAnswer::Failed(_) => "failed",
+                },
+            });
+            match answer {
                 AuthAnswer::Known { user, plan } => Established {
                     plan,
                     ..Established::user(match user {

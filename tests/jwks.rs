@@ -328,6 +328,11 @@ fn a_provider_down_at_start_keeps_sluice_up_and_its_keys_arrive_later() {
         ),
         0
     );
+    assert_eq!(
+        get(sluice.admin, "/readyz", &[]).status,
+        200,
+        "ready without the provider's keys"
+    );
     let _provider = Provider::start_on(port, document(&[&key]));
     wait_until(
         Duration::from_secs(10),

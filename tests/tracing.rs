@@ -369,3 +369,65 @@ fn decisions_queued_behind_a_slow_redis_say_which_batch_they_shared() {
         assert_eq!(sharing % size, 0, "{batches:?}");
     }
 }
+
+/// An auth service that admits every request as `alice`, one connection
+/// per request.
+fn admitting_auth_service() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nx-auth-user: alice\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_auth_service_call_is_a_child_span_and_the_method_is_named() {
+    let receiver = Receiver::start();
+    let auth = admitting_auth_service();
+    let sluice = Sluice::start(&format!(
+        r#"
+identity:
+  auth_request: {{ url: "http://{auth}/auth", headers: [authorization], required: true }}
+limiter: {{ backend: local }}
+tracing:
+  otlp_endpoint: http://{collector}
+  sample_ratio: 1.0
+routes:
+  - name: api
+    respond: {{ body: ok }}
+"#,
+        collector = receiver.addr,
+    ));
+    let parent = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01");
+    let response = sluice.get(
+        "/",
+        &[
+            ("Authorization", "Bearer x"),
+            ("traceparent", parent.as_str()),
+        ],
+    );
+    assert_eq!(response.status, 200);
+    let spans = trace_of(&receiver, PARENT_TRACE);
+    let server = kind(&spans, SpanKind::Server)[0];
+    assert_eq!(
+        attribute(server, "sluice.identity.method").as_deref(),
+        Some("auth_request")
+    );
+    let asked = spans
+        .iter()
+        .find(|s| s.name == "sluice.auth_request")
+        .expect("the auth service's span");
+    assert_eq!(asked.parent_span_id, server.span_id);
+    assert_eq!(
+        attribute(asked, "sluice.auth_request.result").as_deref(),
+        Some("ok")
+    );
+    assert!(asked.end_time_unix_nano >= asked.start_time_unix_nano);
+}

@@ -43,6 +43,18 @@ pub struct Tracer {
     epoch: Instant,
 }
 
+/// The auth service asked about one request (`identity.auth_request`), as
+/// its child span shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthSpan {
+    /// When the auth service was asked.
+    pub start: Instant,
+    /// When it answered (or the timeout ended the wait).
+    pub end: Instant,
+    /// `ok`, `denied` or `failed`.
+    pub result: &'static str,
+}
+
 /// The limit decision of a request, for its span.
 #[derive(Debug, Clone)]
 pub struct DecisionSpan {
@@ -90,6 +102,7 @@ pub struct RequestTrace {
     wall: SystemTime,
     started: Instant,
     decision: Option<DecisionSpan>,
+    auth: Option<AuthSpan>,
     tries: Vec<Try>,
 }
 
@@ -162,6 +175,7 @@ impl Tracer {
             wall: SystemTime::now(),
             started: Instant::now(),
             decision: None,
+            auth: None,
             tries: Vec::new(),
         }
     }
@@ -253,6 +267,17 @@ impl Tracer {
                 name: "sluice.limit".into(),
                 times,
                 attributes,
+                status: Status::Unset,
+            };
+            spans.push(self.span(trace, shape));
+        }
+        if let Some(a) = &trace.auth {
+            let shape = Shape {
+                ids: (new_span_id(), trace.span_id),
+                kind: SpanKind::Client,
+                name: "sluice.auth_request".into(),
+                times: (at(a.start), at(a.end)),
+                attributes: vec![KeyValue::new("sluice.auth_request.result", a.result)],
                 status: Status::Unset,
             };
             spans.push(self.span(trace, shape));
@@ -403,6 +428,11 @@ impl RequestTrace {
     /// Takes in the limit decision.
     pub fn decided(&mut self, decision: DecisionSpan) {
         self.decision = Some(decision);
+    }
+
+    /// The auth service was asked about the request.
+    pub fn asked_auth(&mut self, auth: AuthSpan) {
+        self.auth = Some(auth);
     }
 
     /// The current try got a response head with `status`.
