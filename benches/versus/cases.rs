@@ -35,6 +35,7 @@ pub const SLUICE_STEALING: &str = "sluice, no limit, work stealing";
 pub const SLUICE_NOLIMIT_2T: &str = "sluice, no limit, 2 threads";
 pub const SLUICE_LOG_2T: &str = "sluice + Redis, sliding_log, 2 threads";
 pub const SLUICE_TRACED: &str = "sluice + Redis, sliding_log, tracing 1 %";
+pub const SLUICE_AUTH: &str = "sluice + Redis, sliding_log, user from an auth service";
 pub const SLUICE_CLUSTER: &str = "sluice + Redis Cluster (3 primaries), sliding_log";
 pub const BARE: &str = "bare Pingora proxy";
 pub const BARE_STEALING: &str = "bare Pingora proxy, work stealing";
@@ -243,6 +244,9 @@ struct SluiceRun<'a> {
     /// Whether it traces 1 % of requests (and denials, at most 100 a second)
     /// to the run's OTLP sink.
     tracing: bool,
+    /// Whether its limit keys on the user an auth service names
+    /// (`identity.auth_request`, the upstream's `/__auth`, no cache).
+    auth: bool,
     binary: &'a Path,
 }
 
@@ -259,6 +263,7 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
         cluster: false,
         forwarding: false,
         tracing: false,
+        auth: false,
         binary,
     };
     let log = Some("sliding_log");
@@ -292,6 +297,13 @@ fn sluice_runs(before: Option<&Path>) -> Vec<(&'static str, SluiceRun<'_>)> {
             SluiceRun {
                 tracing: true,
                 ..run("redis", "traced:", log, 1, false, current)
+            },
+        ),
+        (
+            SLUICE_AUTH,
+            SluiceRun {
+                auth: true,
+                ..run("redis", "auth:", log, 1, false, current)
             },
         ),
         (
@@ -344,7 +356,14 @@ impl SluiceRun<'_> {
             "server:\n  listen: [\"{addr}\"]\n  admin: \"{admin}\"\n  threads: {threads}\n{stealing}  grace_period: 1s\n  access_log: off\n  pid_file: {pid}\n  upgrade_sock: {sock}\n\
              limiter:\n  backend: {backend}\n  redis: {{ {server}, timeout: 50ms, key_prefix: \"{prefix}\" }}\n  on_error: deny\n\
              upstreams:\n  api: {{ servers: [\"127.0.0.1:{upstream_port}\"] }}\n\
-             routes:\n  - name: bench\n    upstream: api\n{forwarding}{limits}{tracing}",
+             {identity}routes:\n  - name: bench\n    upstream: api\n{forwarding}{limits}{tracing}",
+            identity = if self.auth {
+                format!(
+                    "identity:\n  auth_request: {{ url: \"http://127.0.0.1:{upstream_port}/__auth\", headers: [x-key], required: true }}\n"
+                )
+            } else {
+                String::new()
+            },
             pid = run_dir.join("pid").display(),
             sock = run_dir.join("sock").display(),
             server = if self.cluster {
@@ -364,7 +383,8 @@ impl SluiceRun<'_> {
             stealing = if self.work_stealing { "" } else { "  work_stealing: false\n" },
             limits = match self.limit {
                 Some(algorithm) => format!(
-                    "    limits:\n      - {{ name: per-key, key: [{{header: X-Key}}], limit: {LIMIT}, window: 1m, algorithm: {algorithm} }}\n"
+                    "    limits:\n      - {{ name: per-key, key: [{key}], limit: {LIMIT}, window: 1m, algorithm: {algorithm} }}\n",
+                    key = if self.auth { "user" } else { "{header: X-Key}" },
                 ),
                 None => "    limits: []\n".to_string(),
             },

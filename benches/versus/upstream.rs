@@ -1,5 +1,7 @@
 //! The shared upstream: Pingora answering `200 ok` on one thread, counting
-//! what it serves (`GET /__hits` answers the count, and is not counted).
+//! what it serves (`GET /__hits` answers the count, and is not counted). It
+//! is also the auth service of the `auth_request` case: `GET /__auth`
+//! answers 200 naming the request's `X-Key` as its user, not counted.
 
 use crate::common::{self, free_port};
 use crate::process::{wait_for_port, Daemon};
@@ -23,8 +25,21 @@ struct Ok200 {
 #[async_trait]
 impl ServeHttp for Ok200 {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let body = if session.req_header().uri.path() == "/__hits" {
+        let path = session.req_header().uri.path();
+        // The auth service of the `auth_request` case: the caller's X-Key
+        // is its user; not counted as a hit.
+        let user = (path == "/__auth").then(|| {
+            session
+                .req_header()
+                .headers
+                .get("x-key")
+                .cloned()
+                .unwrap_or(http::HeaderValue::from_static("anonymous"))
+        });
+        let body = if path == "/__hits" {
             self.hits.load(Ordering::Relaxed).to_string().into_bytes()
+        } else if user.is_some() {
+            Vec::new()
         } else {
             self.hits.fetch_add(1, Ordering::Relaxed);
             b"ok".to_vec()
@@ -34,6 +49,9 @@ impl ServeHttp for Ok200 {
         response
             .headers_mut()
             .insert(http::header::CONTENT_LENGTH, length.into());
+        if let Some(user) = user {
+            response.headers_mut().insert("x-auth-user", user);
+        }
         response
     }
 }
