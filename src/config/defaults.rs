@@ -117,6 +117,9 @@ pub mod upstream {
 pub mod limit {
     use super::OnMissing;
     use std::time::Duration;
+    /// The most entries a `sliding_log` limit may keep per key (a bound,
+    /// not a default: larger limits take `sliding_window`).
+    pub const MAX_LOG: u64 = 1_000_000;
     /// `cost`.
     pub const COST: u64 = 1;
     /// `on_missing`.

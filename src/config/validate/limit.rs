@@ -14,8 +14,6 @@ use super::super::{
 use super::server::check_between;
 use std::time::Duration;
 
-/// The most entries a `sliding_log` limit may keep per key.
-pub(in crate::config) const MAX_LOG: u64 = 1_000_000;
 /// Above this, a `sliding_log` limit is worth a warning.
 const LARGE_LOG: u64 = 10_000;
 /// The longest window.
@@ -585,10 +583,10 @@ fn algorithm(
         .unwrap_or(0);
     match kind {
         AlgorithmFile::SlidingLog => {
-            if limit > MAX_LOG {
+            if limit > defaults::MAX_LOG {
                 let kind = ProblemKind::LogTooLong {
                     limit,
-                    max: MAX_LOG,
+                    max: defaults::MAX_LOG,
                 };
                 c.problem(&path.key("limit"), kind);
             } else if limit > LARGE_LOG {

@@ -10,13 +10,12 @@ mod exempt;
 mod forward;
 mod limit;
 mod limiter;
+mod listeners;
 mod rls;
 mod route;
 mod server;
 mod tracing;
 mod upstream;
-
-pub(super) use limit::MAX_LOG;
 
 use super::checker::Checker;
 use super::file::FileConfig;

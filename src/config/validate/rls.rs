@@ -4,11 +4,12 @@
 use super::super::checker::Checker;
 use super::super::defaults::limit as defaults;
 use super::super::file::{AlgorithmFile, RlsFile, RlsHeadersFile};
+use super::super::problem::RlsProblem;
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::rls::{RlsConfig, RlsHeaders, RlsProblem};
+use super::super::rls::{RlsConfig, RlsHeaders};
 use super::super::tls::TlsListenerConfig;
 use super::super::Algorithm;
-use super::server::{check_listen_addr, load_certs};
+use super::listeners::{check_listen_addr, load_certs};
 
 /// `server.rls`, its listener checked against the addresses already
 /// `taken` by the other listeners. Its rules are left empty.

@@ -3,15 +3,15 @@
 use super::super::checker::Checker;
 use super::super::file::{
     AccessLogFile, AuthRequestFile, CertField, ClientAuthMode, ClientIpFile, IdentityFile,
-    IdentityMethods, ServerFile, TlsCertFile,
+    IdentityMethods, ServerFile,
 };
 use super::super::problem::{KeyPath, ProblemKind};
-use super::super::tls::{ClientAuth, LoadedCert, TlsListenerConfig};
+use super::super::tls::{ClientAuth, TlsListenerConfig};
 use super::super::{
     AuthRequestConfig, ClientIpConfig, FrontDoorConfig, IdentityConfig, IpNet, ServerConfig,
 };
+use super::listeners::{check_listen_addr, load_certs};
 use http::HeaderName;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// `server.request_id_header`: a header name, not one whose meaning the
@@ -180,20 +180,6 @@ fn tls_listeners(
     listeners
 }
 
-/// The certificates of a TLS listener, read and checked now (a missing
-/// file, an unreadable key, a key that is not its certificate's are errors
-/// at the entry's line).
-pub(super) fn load_certs(c: &mut Checker, at: &KeyPath, pairs: &[TlsCertFile]) -> Vec<LoadedCert> {
-    let mut certs = Vec::new();
-    for (j, pair) in pairs.iter().enumerate() {
-        match LoadedCert::load(&pair.cert, &pair.key) {
-            Ok(cert) => certs.push(cert),
-            Err(why) => c.problem(&at.index(j), ProblemKind::BadCertificate(why)),
-        }
-    }
-    certs
-}
-
 fn front_door(c: &mut Checker, s: &ServerFile) -> FrontDoorConfig {
     let d = FrontDoorConfig::default();
     let at = |key: &str| KeyPath::root("server").key(key);
@@ -287,12 +273,6 @@ fn path_setting(
             default
         }
         Some(text) => text.to_string(),
-    }
-}
-
-pub(super) fn check_listen_addr(c: &mut Checker, path: &KeyPath, addr: &str) {
-    if addr.parse::<SocketAddr>().is_err() {
-        c.problem(path, ProblemKind::BadListenAddress(addr.to_string()));
     }
 }
 
