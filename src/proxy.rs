@@ -194,7 +194,8 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        respond::fail_to_proxy(session, e, ctx).await
+        let route = ctx.route().map(|r| r.name.as_str());
+        respond::fail_to_proxy(session, e, route, &ctx.voice()).await
     }
 
     /// The request as error-log lines name it: without its query (an API
@@ -219,7 +220,7 @@ impl ProxyHttp for Gateway {
         error: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
-        respond::count_downstream_rejection(&self.metrics, error, ctx);
+        respond::count_downstream_rejection(&self.metrics, error, ctx.body_too_large);
         if let Some(stream) = session.stream().and_then(GuardedStream::of) {
             stream.request_done();
         }

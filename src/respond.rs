@@ -4,7 +4,6 @@
 
 use crate::client_cert::ClientCert;
 use crate::config::forward::CorsPolicy;
-use crate::context::RequestCtx;
 use crate::metrics::Metrics;
 use crate::policy::{self, HeldLeases, Rejection, Reply};
 use crate::state::{CompiledRoute, GatewayState};
@@ -158,8 +157,12 @@ pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> 
 /// [`rejection_for`]), unless a response head is already on its way; the
 /// status to log (0: the client is gone), and the connection is never
 /// reused.
-pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -> FailToProxy {
-    let route = ctx.route().map(|r| r.name.as_str());
+pub async fn fail_to_proxy(
+    session: &mut Session,
+    e: &Error,
+    route: Option<&str>,
+    voice: &Voice<'_>,
+) -> FailToProxy {
     let Some(rejection) = rejection_for(e, route) else {
         return FailToProxy {
             error_code: 0,
@@ -169,7 +172,7 @@ pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -
     let code = rejection.reply().status;
     // Once a response head is on its way, nothing more can be said.
     if session.response_written().is_none() {
-        if let Err(e) = reject(session, &rejection, &ctx.voice()).await {
+        if let Err(e) = reject(session, &rejection, voice).await {
             log::debug!("could not send the {code} to the client: {e}");
         }
     }
@@ -180,12 +183,12 @@ pub async fn fail_to_proxy(session: &mut Session, e: &Error, ctx: &RequestCtx) -
 }
 
 /// Counts what the client's side did wrong in `e` (a body that stalled)
-/// or what sluice refused it for (a body over the cap).
-pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, ctx: &RequestCtx) {
+/// or what sluice refused it for (a body over the cap: `body_too_large`).
+pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, body_too_large: bool) {
     let stalled = e.is_some_and(|e| {
         e.etype == ErrorType::ReadTimedout && e.esource == ErrorSource::Downstream
     });
-    let reason = match (stalled, ctx.body_too_large) {
+    let reason = match (stalled, body_too_large) {
         (true, _) => "body_timeout",
         (false, true) => "body_too_large",
         (false, false) => return,

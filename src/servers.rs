@@ -6,7 +6,6 @@
 
 use crate::config::{resolve_server, ResolvedServer, ServerSpec, UpstreamConfig};
 use crate::sync::Locked;
-use crate::upstream::WrittenAddr;
 use arc_swap::ArcSwap;
 use http::HeaderValue;
 use pingora::lb::discovery::ServiceDiscovery;
@@ -16,6 +15,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A server's name as written in `servers` (`host:port`), carried in its
+/// backend's extensions: the `Host` of `upstream_host: upstream`.
+#[derive(Debug, Clone)]
+pub struct WrittenAddr(pub HeaderValue);
 
 /// An upstream's current addresses and their DNS refresh schedule.
 pub struct Servers {

@@ -3,7 +3,7 @@
 use crate::balance::Balancer;
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
 use crate::passive::PassiveHealth;
-use crate::servers::{backend, Servers};
+use crate::servers::{backend, Servers, WrittenAddr};
 use crate::sync::Locked;
 use http::HeaderValue;
 use pingora::lb::health_check::TcpHealthCheck;
@@ -54,11 +54,6 @@ fn pool_key(config: &UpstreamConfig) -> u64 {
     (&config.name, &config.tls, config.protocol).hash(&mut hasher);
     hasher.finish()
 }
-
-/// A server's name as written in `servers` (`host:port`), carried in its
-/// backend's extensions: the `Host` of `upstream_host: upstream`.
-#[derive(Debug, Clone)]
-pub struct WrittenAddr(pub HeaderValue);
 
 /// The CAs of `tls.ca_file` as Pingora's TLS connector takes them.
 fn trusted_cas(config: &UpstreamConfig) -> Option<Arc<CaType>> {

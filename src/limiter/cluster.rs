@@ -28,9 +28,9 @@
 
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
-use super::leases::Lease;
 use super::redis::RedisLimiter;
 use super::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
+use super::Lease;
 use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use crate::config::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};

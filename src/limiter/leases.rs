@@ -20,7 +20,7 @@
 //! within `lease`.
 
 use super::local::LocalLimiter;
-use super::{Limiter, LimiterError};
+use super::{Lease, Limiter, LimiterError};
 use crate::sync::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,19 +33,6 @@ pub const MAX_RENEWALS: usize = 1000;
 
 /// The shortest renewal tick, whatever `lease` is.
 const MIN_TICK: Duration = Duration::from_millis(10);
-
-/// One concurrency lease a request holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The limit's counter key.
-    pub key: String,
-    /// The request's member (its units are `member`, `member.2`, …).
-    pub member: String,
-    /// The limit's `lease`: how long after a renewal the lease ends by itself.
-    pub lease: Duration,
-    /// Units the request holds (its cost).
-    pub cost: u64,
-}
 
 /// The backend that granted a lease: its renewals go there.
 #[derive(Clone)]

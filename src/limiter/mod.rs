@@ -212,6 +212,19 @@ pub enum Link {
     Unreachable,
 }
 
+/// One concurrency lease a request holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The limit's counter key.
+    pub key: String,
+    /// The request's member (its units are `member`, `member.2`, …).
+    pub member: String,
+    /// The limit's `lease`: how long after a renewal the lease ends by itself.
+    pub lease: Duration,
+    /// Units the request holds (its cost).
+    pub cost: u64,
+}
+
 /// A rate-limit backend.
 #[async_trait]
 pub trait Limiter: Send + Sync {
@@ -246,7 +259,7 @@ pub trait Limiter: Send + Sync {
     /// holds) `lease` from now, in one call per [`leases::MAX_RENEWALS`]; a
     /// lease released or already ended stays so. Backends without leases
     /// of their own do nothing.
-    async fn renew(&self, _leases: &[leases::Lease]) -> Result<(), LimiterError> {
+    async fn renew(&self, _leases: &[Lease]) -> Result<(), LimiterError> {
         Ok(())
     }
 
@@ -502,7 +515,7 @@ impl Decider {
         let held = checks
             .iter()
             .filter_map(|check| match check.algorithm {
-                Algorithm::Concurrency { lease } => Some(leases::Lease {
+                Algorithm::Concurrency { lease } => Some(Lease {
                     key: check.key.to_string(),
                     member: outcome.member.clone(),
                     lease,

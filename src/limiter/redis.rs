@@ -34,12 +34,13 @@
 use super::batch_size;
 use super::circuit::{CircuitBreaker, Permit};
 use super::lazy::LazyConnection;
-use super::leases::{Lease, MAX_RENEWALS};
+use super::leases::MAX_RENEWALS;
 use super::reconcile::{FallbackLedger, Refund};
 use super::wire::{
     self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
     DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
+use super::Lease;
 use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use crate::config::{RedisConfig, RedisTlsConfig, SentinelConfig};
 use crate::sync::Locked;

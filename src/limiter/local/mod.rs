@@ -346,7 +346,7 @@ impl<C: Clock> LocalLimiter<C> {
 
     /// Renews `leases` (see [`Limiter::renew`]): each one still held ends
     /// its `lease` from now.
-    pub fn renew(&self, leases: &[super::leases::Lease]) {
+    pub fn renew(&self, leases: &[super::Lease]) {
         let now = self.clock.now_us();
         let (mut guards, slots) = self.slots.lock_all(leases.iter().map(|l| l.key.as_str()));
         for (lease, &g) in leases.iter().zip(&slots) {
