@@ -33,7 +33,9 @@
 
 use crate::common::RedisServer;
 use crate::options::Options;
-use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks, online_cpus};
+use crate::process::{
+    clock_ticks_per_second, command_line, cpu_model, cpu_ticks, online_cpus, pin, unpin_self,
+};
 use crate::report::{median, range};
 use sluice::limiter::wire::{push_batch, take_args};
 use sluice::limiter::Algorithm;
@@ -364,25 +366,6 @@ fn drive(redis: &RedisServer, (load, hot): (Load, bool), code: &Code, seconds: f
         }
         total
     })
-}
-
-/// Pins `pid` (every thread) to `cpus` (a `taskset` list); false if it
-/// could not be.
-pub fn pin(pid: u32, cpus: &str) -> bool {
-    std::process::Command::new("taskset")
-        .args(["-a", "-cp", cpus, &pid.to_string()])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Gives this process every core again (after a pinned part), so that
-/// what it starts next is not confined to one.
-pub fn unpin_self() {
-    pin(
-        std::process::id(),
-        &format!("0-{}", online_cpus().max(1) - 1),
-    );
 }
 
 /// One timed run of one case.

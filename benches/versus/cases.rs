@@ -43,7 +43,7 @@ pub const BARE_2T: &str = "bare Pingora proxy, 2 threads";
 pub const BEFORE_NOLIMIT: &str = "sluice before, no limit";
 pub const BEFORE_LOG: &str = "sluice before + Redis, sliding_log";
 pub const UPSTREAM_ALONE: &str = "upstream alone (no proxy)";
-pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
+pub use crate::options::SCENARIOS;
 
 /// Everything started for the run; dropped (killed) at the end.
 pub struct Bench {
@@ -183,7 +183,7 @@ impl Bench {
     /// Redis, the cluster, the upstream and this process (so wrk and the
     /// paced client, started from it) on core 1.
     pub fn pin_topology(&self) {
-        use crate::capacity::pin;
+        use crate::process::pin;
         let mut pinned = self.cases.iter().all(|case| pin(case.pid, "0"));
         let others = self.cluster.pids().into_iter().chain([
             self.redis.pid(),

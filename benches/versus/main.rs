@@ -229,7 +229,7 @@ fn limits(options: &Options) -> String {
     let (rate, paced_results) = paced_rounds(options, &bench, &samples);
     if options.pin {
         // The parts after this one start their own servers from this process.
-        capacity::unpin_self();
+        process::unpin_self();
     }
     report(options, &bench, &samples, rate, &paced_results)
 }

@@ -1,6 +1,5 @@
 //! Command-line options (after `cargo bench --bench versus --`).
 
-use crate::cases::SCENARIOS;
 use clap::Parser;
 use std::path::PathBuf;
 
@@ -56,6 +55,9 @@ pub struct Options {
     #[arg(long, hide = true)]
     pub bench: bool,
 }
+
+/// The traffic scenarios (`benches/versus/wrk.lua`): every case runs each.
+pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
 
 /// The parts of the benchmark `--parts` chooses from.
 pub const PARTS: [&str; 6] = ["limits", "edge", "rls", "redis", "tracing", "overhead"];

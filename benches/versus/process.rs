@@ -180,3 +180,22 @@ pub fn cpu_model() -> String {
 }
 
 // ------------------------------------------------------------ the upstream
+
+/// Pins `pid` (every thread) to `cpus` (a `taskset` list); false if it
+/// could not be.
+pub fn pin(pid: u32, cpus: &str) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-cp", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Gives this process every core again (after a pinned part), so that
+/// what it starts next is not confined to one.
+pub fn unpin_self() {
+    pin(
+        std::process::id(),
+        &format!("0-{}", online_cpus().max(1) - 1),
+    );
+}
