@@ -102,9 +102,9 @@ fn imports(module: &str, text: &str, known: &BTreeSet<String>) -> Vec<(String, u
     let resolve = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").map(str::trim).collect();
         (1..=parts.len())
+            .rev()
             .map(|n| parts[..n].join("::"))
-            .filter(|candidate| known.contains(candidate))
-            .last()
+            .find(|candidate| known.contains(candidate))
     };
     let mut found = Vec::new();
     let mut statement = String::new();
@@ -175,7 +175,10 @@ fn circles(dir: &Path, root: &str) -> Vec<Vec<String>> {
     for (module, (path, text)) in &modules {
         for (target, line) in imports(module, text, &known) {
             let at = format!("{}:{line}", path.display());
-            edges.entry(module.clone()).or_default().insert((target, at));
+            edges
+                .entry(module.clone())
+                .or_default()
+                .insert((target, at));
         }
     }
     // Tarjan's strongly connected components.
