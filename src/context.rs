@@ -31,7 +31,9 @@ use std::time::Instant;
 pub struct RequestCtx {
     /// The configuration this request is served with, from start to end.
     pub state: Arc<GatewayState>,
+    /// The matched route's index in the state's compiled routes.
     pub route: Option<usize>,
+    /// When the request arrived.
     pub started: Instant,
     /// The enforced limits' decisions, most restrictive first: what the
     /// headers report.

@@ -12,6 +12,10 @@
 //! sessions; [`target`] and [`sync`] depend on nothing of sluice's.
 //! `tests/layering.rs` fails when one of these rules is broken.
 
+// Every public item says what it guarantees, and nothing outside the
+// tests unwraps: a request, a config file or Redis never panics sluice.
+#![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
 pub mod access_log;
 pub mod admin;
 pub mod attempt;

@@ -524,6 +524,8 @@ pub struct UpstreamTls {
     /// (read from `ca_file` when the config loads).
     pub ca_der: Option<Vec<Vec<u8>>>,
 }
+
+/// Which request paths a route matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathMatch {
     /// Any path.

@@ -93,7 +93,11 @@ pub fn traceparent(trace_id: u128, span_id: u64, sampled: bool) -> HeaderValue {
     if sampled {
         text[54] = b'1';
     }
-    HeaderValue::from_bytes(&text).expect("hex digits and dashes make a valid header value")
+    // Hex digits and dashes are always a valid header value; the fallback
+    // (an unsampled, all-zero context, which receivers ignore) is never used.
+    HeaderValue::from_bytes(&text).unwrap_or_else(|_| {
+        HeaderValue::from_static("00-00000000000000000000000000000000-0000000000000000-00")
+    })
 }
 
 /// Writes `bytes` as lowercase hex into `out` (twice their length).
