@@ -8,7 +8,7 @@
 //! response". Waiting a short settle time before that cleanup lets a
 //! connection accepted before the listener stopped get its request served
 //! (with `Connection: close`); idle keep-alive connections close after it.
-//! The front door ([`crate::front_door::FrontDoor`]) waits [`settle_time`]
+//! The front door (the `front_door` module) waits [`settle_time`]
 //! before that cleanup.
 
 use std::time::Duration;

@@ -16,7 +16,7 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
-use crate::auth_request::AuthAnswer;
+use crate::auth_request::{AuthAnswer, AuthService};
 use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::{
@@ -189,9 +189,34 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
 
 impl Rejection<'_> {
     /// The response that says this rejection: its status, headers and a
-    /// JSON body `{"error": ...}` with the route, limit and wait it concerns.
+    /// JSON body `{"error": ...}` with the route, limit and wait it concerns
+    /// (an auth service's refusal: the service's own answer).
     pub fn reply(&self) -> Reply {
-        let (status, headers, body) = match self {
+        if let Rejection::AuthRefused {
+            status,
+            body,
+            headers,
+        } = self
+        {
+            return Reply {
+                status: *status,
+                content_type: "text/plain",
+                headers: headers.clone(),
+                body: body.clone(),
+            };
+        }
+        let (status, headers, body) = self.error_parts();
+        Reply {
+            status,
+            content_type: "application/json",
+            headers,
+            body: body.to_json().into(),
+        }
+    }
+
+    /// The status, headers and JSON body of a rejection sluice words itself.
+    fn error_parts(&self) -> (u16, Vec<(&'static str, HeaderValue)>, ErrorBody<'_>) {
+        match self {
             Rejection::BadRequest => (400, Vec::new(), ErrorBody::only("bad_request")),
             Rejection::NotFound => (404, Vec::new(), ErrorBody::only("not_found")),
             Rejection::Unauthorized => (
@@ -252,26 +277,9 @@ impl Rejection<'_> {
                     ..ErrorBody::only("payload_too_large")
                 },
             ),
-            Rejection::Internal => (500, Vec::new(), ErrorBody::only("internal_error")),
-            Rejection::AuthRefused {
-                status,
-                body,
-                headers,
-            } => {
-                return Reply {
-                    status: *status,
-                    content_type: "text/plain",
-                    headers: headers.clone(),
-                    body: body.clone(),
-                }
+            Rejection::Internal | Rejection::AuthRefused { .. } => {
+                (500, Vec::new(), ErrorBody::only("internal_error"))
             }
-        };
-        let body = body.to_json();
-        Reply {
-            status,
-            content_type: "application/json",
-            headers,
-            body: body.into(),
         }
     }
 }
@@ -871,112 +879,26 @@ async fn identify<'v, 'r>(
         return Ok(Who::default());
     }
     let trusted = state.client_ip.is_trusted(view.peer);
-    let head = view.head;
-    let sent_key = |keys: &ApiKeys| -> PartValue<'v> {
-        match &keys.source {
-            KeySource::Header(name) => header_values(head, name).into(),
-            KeySource::Query(name) => query_value(head.uri.query().unwrap_or("").as_bytes(), name),
-        }
-    };
-    let method = state.identity.deciding(|method| match method {
-        Identity::Header(name) => trusted && !header_values(head, name).is_absent(),
-        Identity::Jwt(_) => method
-            .token_header()
-            .is_some_and(|name| !header_values(head, name).is_absent()),
-        Identity::ApiKey(keys) => !matches!(sent_key(keys), PartValue::Missing),
-        Identity::ClientCert { .. } => view.client_cert.is_some(),
-        Identity::AuthRequest(service) => service
-            .headers()
-            .iter()
-            .any(|name| !header_values(head, name).is_absent()),
-        _ => false,
-    });
-    let mut service_failed = false;
-    let established = match (method, view.client_cert) {
-        (Some(Identity::ApiKey(keys)), _) => {
-            keys.establish_remote(sent_key(keys), &state.decider).await
-        }
-        (Some(Identity::ClientCert { from, .. }), Some(cert)) => {
-            Established::user(Identity::certificate_user(*from, cert))
-        }
-        (Some(Identity::AuthRequest(service)), _) => {
-            let sent: Vec<Option<&[u8]>> = service
-                .headers()
-                .iter()
-                .map(|name| head.headers.get(name.as_str()).map(|v| v.as_bytes()))
-                .collect();
-            let target = head.uri.path_and_query().map_or("/", |t| t.as_str());
-            let start = Instant::now();
-            let answer = service.ask(head.method.as_str(), target, &sent).await;
-            report.auth = Some(AuthSpan {
-                start,
-                end: Instant::now(),
-                result: match &answer {
-                    AuthAnswer::Known { .. } => "ok",
-                    AuthAnswer::Refused { .. } => "denied",
-                    AuthAnswer::Failed(_) => "failed",
-                },
-            });
-            match answer {
-                AuthAnswer::Known { user, plan } => Established {
-                    plan,
-                    ..Established::user(match user {
-                        Some(user) => User::Known(Cow::Owned(user.as_bytes().to_vec())),
-                        None => User::Invalid("the auth service named no user"),
-                    })
-                },
-                AuthAnswer::Refused {
-                    status,
-                    body,
-                    www_authenticate,
-                    content_type,
-                } => {
-                    let mut headers = Vec::new();
-                    if let Some(value) = content_type {
-                        headers.push(("content-type", value));
-                    }
-                    if let Some(value) = www_authenticate {
-                        headers.push(("www-authenticate", value));
-                    }
-                    state
-                        .identity_decisions
-                        .count("auth_request", &User::Invalid("refused"));
-                    report.identity = Some("auth_request");
-                    return Err(Rejection::AuthRefused {
-                        status,
-                        body,
-                        headers,
-                    });
-                }
-                AuthAnswer::Failed(why) => {
-                    service_failed = true;
-                    Established::user(User::Invalid(why))
-                }
-            }
-        }
-        (Some(method), _) => method.establish(|name| header_values(head, name), trusted),
-        (None, _) => Established::user(User::Absent),
-    };
+    let method = deciding_method(state, view, trusted);
+    report.identity = method.map(Identity::name);
+    let (established, service_failed) = establish(state, method, view, trusted, report).await?;
     // Who must be known: the deciding method's rule, or (no credential at
     // all) whether any method requires one.
     let required = method.map_or(state.identity.required(), Identity::required);
     let method_name = method.map_or("none", Identity::name);
-    report.identity = method.map(Identity::name);
     state
         .identity_decisions
         .count(method_name, &established.user);
-    if established.store_failed && (required || fails_closed(state)) {
-        return Err(Rejection::Unavailable { route: &route.name });
-    }
-    // A failed auth service never lets a request in as anonymous where an
-    // identity is required.
-    if service_failed && required {
+    // A failed store or auth service never lets a request in as anonymous
+    // where an identity is required.
+    let store_refuses = established.store_failed && (required || fails_closed(state));
+    if store_refuses || (service_failed && required) {
         return Err(Rejection::Unavailable { route: &route.name });
     }
     let known = matches!(established.user, User::Known(_));
     let by_api_key = matches!(method, Some(Identity::ApiKey(_)));
     if by_api_key && (known || established.unknown_key) {
-        let client = client_ip(state, head, view.peer);
+        let client = client_ip(state, view.head, view.peer);
         report.client = Some(client);
         let unknown = established.unknown_key;
         if let Some(retry_after) = key_failures::over_limit(state, client, unknown).await {
@@ -1006,6 +928,128 @@ async fn identify<'v, 'r>(
         claims: established.claims,
         plan: established.plan,
     })
+}
+
+/// The API key a request sends, where `keys` reads it.
+fn sent_key<'v>(keys: &ApiKeys, head: &'v RequestHeader) -> PartValue<'v> {
+    match &keys.source {
+        KeySource::Header(name) => header_values(head, name).into(),
+        KeySource::Query(name) => query_value(head.uri.query().unwrap_or("").as_bytes(), name),
+    }
+}
+
+/// The identity method whose credential the request carries first (a
+/// header identity counts only from a trusted proxy), if any.
+fn deciding_method<'s>(
+    state: &'s GatewayState,
+    view: &RequestView<'_>,
+    trusted: bool,
+) -> Option<&'s Identity> {
+    let head = view.head;
+    let sent = |name: &str| !header_values(head, name).is_absent();
+    state.identity.deciding(|method| match method {
+        Identity::Header(name) => trusted && sent(name),
+        Identity::Jwt(_) => method.token_header().is_some_and(sent),
+        Identity::ApiKey(keys) => !matches!(sent_key(keys, head), PartValue::Missing),
+        Identity::ClientCert { .. } => view.client_cert.is_some(),
+        Identity::AuthRequest(service) => service.headers().iter().any(|name| sent(name)),
+        _ => false,
+    })
+}
+
+/// Who the request is by `method`, and whether an auth service failed to
+/// say; an auth service's refusal is the answer.
+async fn establish<'v, 'r>(
+    state: &GatewayState,
+    method: Option<&Identity>,
+    view: &RequestView<'v>,
+    trusted: bool,
+    report: &mut LimitReport,
+) -> Result<(Established<'v>, bool), Rejection<'r>> {
+    let head = view.head;
+    Ok(match (method, view.client_cert) {
+        (Some(Identity::ApiKey(keys)), _) => {
+            let established = keys
+                .establish_remote(sent_key(keys, head), &state.decider)
+                .await;
+            (established, false)
+        }
+        (Some(Identity::ClientCert { from, .. }), Some(cert)) => (
+            Established::user(Identity::certificate_user(*from, cert)),
+            false,
+        ),
+        (Some(Identity::AuthRequest(service)), _) => {
+            return ask_auth_service(state, service, head, report).await;
+        }
+        (Some(method), _) => (
+            method.establish(|name| header_values(head, name), trusted),
+            false,
+        ),
+        (None, _) => (Established::user(User::Absent), false),
+    })
+}
+
+/// Asks the auth service about the request: who it is, or the service's
+/// refusal as the answer; `true` with an unknown user when it failed.
+async fn ask_auth_service<'v, 'r>(
+    state: &GatewayState,
+    service: &AuthService,
+    head: &RequestHeader,
+    report: &mut LimitReport,
+) -> Result<(Established<'v>, bool), Rejection<'r>> {
+    let sent: Vec<Option<&[u8]>> = service
+        .headers()
+        .iter()
+        .map(|name| head.headers.get(name.as_str()).map(|v| v.as_bytes()))
+        .collect();
+    let target = head.uri.path_and_query().map_or("/", |t| t.as_str());
+    let start = Instant::now();
+    let answer = service.ask(head.method.as_str(), target, &sent).await;
+    let result = match &answer {
+        AuthAnswer::Known { .. } => "ok",
+        AuthAnswer::Refused { .. } => "denied",
+        AuthAnswer::Failed(_) => "failed",
+    };
+    let end = Instant::now();
+    report.auth = Some(AuthSpan { start, end, result });
+    match answer {
+        AuthAnswer::Known { user, plan } => {
+            let user = match user {
+                Some(user) => User::Known(Cow::Owned(user.as_bytes().to_vec())),
+                None => User::Invalid("the auth service named no user"),
+            };
+            Ok((
+                Established {
+                    plan,
+                    ..Established::user(user)
+                },
+                false,
+            ))
+        }
+        AuthAnswer::Refused {
+            status,
+            body,
+            www_authenticate,
+            content_type,
+        } => {
+            let headers = [
+                ("content-type", content_type),
+                ("www-authenticate", www_authenticate),
+            ]
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+            .collect();
+            state
+                .identity_decisions
+                .count("auth_request", &User::Invalid("refused"));
+            Err(Rejection::AuthRefused {
+                status,
+                body,
+                headers,
+            })
+        }
+        AuthAnswer::Failed(why) => Ok((Established::user(User::Invalid(why)), true)),
+    }
 }
 
 /// The counter keys of the route's limits for this request, as (limit

@@ -4,7 +4,7 @@
 //! own values (`{client_ip}`, `{request_id}`, `{route}`, `{user}`).
 //!
 //! These are the validated forms; the runtime that applies them is
-//! `crate::forward`.
+//! the top-level `forward` module.
 
 use super::template::PathTemplate;
 use http::{HeaderName, HeaderValue};

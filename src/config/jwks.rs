@@ -1,7 +1,7 @@
 //! An identity provider's signing keys from a JWKS document (RFC 7517),
 //! parsed into verification keys by `kid`. Read here when the config loads
 //! (`identity.jwt.jwks_file`, so a bad document is a config error), and by
-//! the fetcher of `jwks_url` (`crate::jwks`) for each document it fetches.
+//! the fetcher of `jwks_url` (the top-level `jwks` module) for each document it fetches.
 //!
 //! What a key may verify is decided by the key, never by the token: an RSA
 //! key verifies RS* and PS*, an EC key the one ES* of its curve, an Ed25519
