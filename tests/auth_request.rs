@@ -97,12 +97,13 @@ fn serve(stream: std::net::TcpStream, calls: &AtomicUsize, targets: &Mutex<Vec<S
     }
 }
 
-fn start(port: u16, cache_ttl: &str) -> Sluice {
+/// sluice asking the service on `port`, with `timeout` and `cache_ttl`.
+fn start(port: u16, timeout: &str, cache_ttl: &str) -> Sluice {
     Sluice::start(&format!(
         r#"identity:
   auth_request:
     url: "http://127.0.0.1:{port}/auth"
-    timeout: 300ms
+    timeout: {timeout}
     headers: [authorization]
     user_header: x-auth-user
     plan_header: x-auth-plan
@@ -129,7 +130,7 @@ fn as_user(sluice: &Sluice, token: &str) -> Response {
 #[test]
 fn the_service_names_the_user_and_plan_and_its_refusals_reach_the_client() {
     let service = AuthServer::start();
-    let sluice = start(service.port, "0s");
+    let sluice = start(service.port, "5s", "0s");
     let alice: Vec<u16> = (0..4).map(|_| as_user(&sluice, "alice").status).collect();
     assert_eq!(alice, [200, 200, 200, 429], "alice's plan, pro: 3");
     let bob: Vec<u16> = (0..2).map(|_| as_user(&sluice, "bob").status).collect();
@@ -179,10 +180,12 @@ fn the_service_names_the_user_and_plan_and_its_refusals_reach_the_client() {
 #[test]
 fn a_slow_failing_or_absent_service_never_admits_anonymously() {
     let service = AuthServer::start();
-    let sluice = start(service.port, "0s");
+    // The slow answer takes 1.5 s: over a 300 ms timeout however loaded
+    // the machine is.
+    let sluice = start(service.port, "300ms", "0s");
     assert_eq!(as_user(&sluice, "slow").status, 503, "over the timeout");
     assert_eq!(as_user(&sluice, "broken").status, 503, "a 500");
-    let down = start(free_port(), "0s");
+    let down = start(free_port(), "300ms", "0s");
     assert_eq!(as_user(&down, "alice").status, 503, "nobody listening");
     let metrics = sluice.metrics();
     assert_eq!(
@@ -204,7 +207,7 @@ fn a_slow_failing_or_absent_service_never_admits_anonymously() {
 #[test]
 fn the_cache_asks_once_per_credential_per_ttl() {
     let service = AuthServer::start();
-    let sluice = start(service.port, "30s");
+    let sluice = start(service.port, "5s", "30s");
     for _ in 0..3 {
         assert_eq!(as_user(&sluice, "alice").status, 200);
     }
