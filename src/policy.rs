@@ -997,6 +997,16 @@ async fn ask_auth_service<'v, 'r>(
     head: &RequestHeader,
     report: &mut LimitReport,
 ) -> Result<(Established<'v>, bool), Rejection<'r>> {
+    // A credential header sent twice is never believed: the service would
+    // vouch for one value while the upstream might read the other.
+    let twice = service
+        .headers()
+        .iter()
+        .any(|name| matches!(header_values(head, name), HeaderValues::Several));
+    if twice {
+        let user = User::Invalid("a credential header sent more than once");
+        return Ok((Established::user(user), false));
+    }
     let sent: Vec<Option<&[u8]>> = service
         .headers()
         .iter()

@@ -160,6 +160,17 @@ fn the_service_names_the_user_and_plan_and_its_refusals_reach_the_client() {
         "a 2xx naming no user"
     );
     assert_eq!(sluice.get("/orders", &[]).status, 401, "no credential");
+    let twice = sluice.get(
+        "/orders",
+        &[
+            ("Authorization", "Bearer alice"),
+            ("Authorization", "Bearer mallory"),
+        ],
+    );
+    assert_eq!(
+        twice.status, 401,
+        "a credential sent twice is not asked about"
+    );
     let metrics = sluice.metrics();
     assert_eq!(
         metric_value(
