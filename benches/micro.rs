@@ -8,9 +8,10 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use sluice::config::{Algorithm, KeyPart, PathMatch, RouteAction, RouteConfig};
-use sluice::keys::{build_key, PartValue, RequestParts};
 use sluice::limiter::local::LocalLimiter;
 use sluice::limiter::LimitCheck;
+use sluice::policy::keys::build_key;
+use sluice::request::parts::{PartValue, RequestParts};
 use sluice::route::RouteTable;
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,7 +172,8 @@ fn local_limiter(c: &mut Criterion) {
 /// miss) beside the same step with no identity configured: what a key
 /// lookup adds to a request.
 fn api_key_lookup(c: &mut Criterion) {
-    use sluice::identity::{HeaderValues, Identity};
+    use sluice::identity::Identity;
+    use sluice::request::HeaderValues;
     let dir = tempfile::tempdir().expect("tempdir");
     let consumers = dir.path().join("consumers.yaml");
     let mut text = String::from("consumers:\n");

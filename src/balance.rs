@@ -3,7 +3,7 @@
 //! and the key a consistent-hash upstream chooses by.
 
 use crate::config::{Balance, KeyPart};
-use crate::keys::{part_value, PartValue, RequestParts};
+use crate::request::parts::{part_value, PartValue, RequestParts};
 use pingora::lb::selection::{BackendIter, BackendSelection, Consistent, Random, RoundRobin};
 use pingora::lb::{health_check::HealthCheck, Backend, Backends, LoadBalancer};
 

@@ -8,7 +8,8 @@
 //! whose signature verified.
 
 use crate::config::ExemptConfig;
-use crate::identity::{Claims, HeaderValues};
+use crate::identity::Claims;
+use crate::request::HeaderValues;
 use serde_json::Value;
 use std::net::IpAddr;
 

@@ -1,9 +1,9 @@
 //! Upstream health checks and DNS refreshes: one background service that
-//! checks (and re-resolves) the pools of
-//! whatever [`GatewayState`](crate::state::GatewayState) is current, so that
-//! pools added by a reload are checked and removed ones stop being checked.
+//! checks (and re-resolves) the pools its source names at each tick (the
+//! current state's, so that pools added by a reload are checked and removed
+//! ones stop being checked).
 
-use crate::state::SharedState;
+use crate::upstream::Upstream;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -17,13 +17,15 @@ const TICK: Duration = Duration::from_millis(250);
 /// Runs each upstream's TCP health check and DNS refresh at its configured
 /// interval.
 pub struct HealthChecks {
-    state: SharedState,
+    current: Box<dyn Fn() -> Vec<Arc<Upstream>> + Send + Sync>,
 }
 
 impl HealthChecks {
-    /// Checks the upstreams of `state`, current at each tick.
-    pub fn new(state: SharedState) -> Self {
-        Self { state }
+    /// Checks the upstreams `current` returns, asked again at each tick.
+    pub fn new(current: impl Fn() -> Vec<Arc<Upstream>> + Send + Sync + 'static) -> Self {
+        Self {
+            current: Box::new(current),
+        }
     }
 }
 
@@ -31,9 +33,9 @@ impl HealthChecks {
 impl BackgroundService for HealthChecks {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         loop {
-            let state = self.state.load_full();
+            let upstreams = (self.current)();
             let now = Instant::now();
-            for upstream in &state.upstreams {
+            for upstream in &upstreams {
                 if upstream.claim_due_health_check(now) {
                     // Each check runs on its own, so a server that hangs until
                     // its connect timeout delays no other pool's check.
@@ -45,7 +47,7 @@ impl BackgroundService for HealthChecks {
                     tokio::spawn(async move { upstream.refresh_dns().await });
                 }
             }
-            drop(state);
+            drop(upstreams);
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tokio::time::sleep(TICK) => {}

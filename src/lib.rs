@@ -38,7 +38,6 @@ pub mod identity;
 pub mod jwks;
 pub mod key_failures;
 pub mod key_store;
-pub mod keys;
 pub mod limiter;
 pub mod metrics;
 pub mod passive;

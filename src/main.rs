@@ -207,7 +207,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     server.add_service(background_service("sluice fast stop", fast_stop));
     server.add_service(background_service(
         "sluice health checks",
-        HealthChecks::new(state),
+        HealthChecks::new(move || state.load().upstreams.clone()),
     ));
 
     log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");

@@ -16,6 +16,8 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+pub mod keys;
+
 use crate::auth_request::{AuthAnswer, AuthService};
 use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
@@ -24,21 +26,23 @@ use crate::config::{
 };
 use crate::exempt::{exempts, Subject};
 use crate::headers::{self, ceil_secs};
-use crate::identity::{ApiKeys, Claims, Established, HeaderValues, Identity, User};
+use crate::identity::{ApiKeys, Claims, Established, Identity, User};
 use crate::key_failures;
-use crate::keys::query_value;
-use crate::keys::{build_key, cookie_value, part_value, AmbiguousPart, PartValue, RequestParts};
 use crate::limiter::batch_size;
 use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
+use crate::request::parts::query_value;
+use crate::request::parts::{cookie_value, part_value, PartValue, RequestParts};
+use crate::request::HeaderValues;
 use crate::request::{canonical_request, header_values};
 use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::top_keys::parts_of;
 use crate::trace::{AuthSpan, DecisionSpan};
 use bytes::Bytes;
 use http::HeaderValue;
+use keys::{build_key, AmbiguousPart};
 use pingora::http::RequestHeader;
 use std::borrow::Cow;
 use std::net::IpAddr;

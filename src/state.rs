@@ -8,9 +8,9 @@
 
 use crate::config::{Config, LimitConfig, RouteAction};
 use crate::identity::{Identity, IdentityDecisions};
-use crate::keys::ClientIpResolver;
 use crate::limiter::{Decider, LimiterError};
 use crate::metrics::{LimitCounters, Metrics};
+use crate::request::parts::ClientIpResolver;
 use crate::route::RouteTable;
 use crate::top_keys::DeniedKeys;
 use crate::trace::Tracer;

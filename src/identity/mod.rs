@@ -13,9 +13,10 @@ use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStor
 use crate::config::file::CertField;
 use crate::config::IdentityConfig;
 use crate::key_store::RedisKeys;
-use crate::keys::PartValue;
 use crate::limiter::Decider;
 use crate::metrics::IdentityMetrics;
+use crate::request::parts::PartValue;
+use crate::request::HeaderValues;
 use prometheus::IntCounter;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -64,35 +65,6 @@ impl<'a> Established<'a> {
             unknown_key: false,
             store_failed: false,
         }
-    }
-}
-
-impl<'a> From<HeaderValues<'a>> for PartValue<'a> {
-    fn from(values: HeaderValues<'a>) -> Self {
-        match values {
-            HeaderValues::Absent => PartValue::Missing,
-            HeaderValues::One(value) => PartValue::One(Cow::Borrowed(value)),
-            HeaderValues::Several => PartValue::Ambiguous,
-        }
-    }
-}
-
-/// What a request carries under one header name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderValues<'a> {
-    /// Not sent.
-    Absent,
-    /// Sent exactly once.
-    One(&'a [u8]),
-    /// Sent more than once: ambiguous, so never believed (an auth layer that
-    /// appends instead of replacing would otherwise let the client choose).
-    Several,
-}
-
-impl HeaderValues<'_> {
-    /// Whether the header was not sent at all.
-    pub fn is_absent(&self) -> bool {
-        matches!(self, HeaderValues::Absent)
     }
 }
 

@@ -9,7 +9,7 @@
 
 use super::proto::rate_limit_descriptor::Entry;
 use crate::config::rls::{Node, RlsRules};
-use crate::keys::push_part;
+use crate::policy::keys::push_part;
 
 /// The limit a descriptor falls under.
 #[derive(Debug, Clone, PartialEq, Eq)]

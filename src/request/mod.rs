@@ -3,10 +3,12 @@
 //! `X-Forwarded-For` chain. Pure functions of the head (no session, no I/O),
 //! so each is unit-tested here.
 
+pub mod parts;
+
 use crate::config::forward::HeaderEdits;
 use crate::config::EscapedSlashes;
 use crate::forward::{edit, Values};
-use crate::identity::HeaderValues;
+use crate::request::parts::PartValue;
 use crate::target::{canonical_host, canonical_target, TargetError};
 use http::{header, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
@@ -78,6 +80,35 @@ pub fn canonical_request(
 /// when that was canonical already.
 pub fn request_path<'a>(rewritten: &'a Option<String>, req: &'a RequestHeader) -> &'a str {
     rewritten.as_deref().unwrap_or_else(|| req.uri.path())
+}
+
+impl<'a> From<HeaderValues<'a>> for PartValue<'a> {
+    fn from(values: HeaderValues<'a>) -> Self {
+        match values {
+            HeaderValues::Absent => PartValue::Missing,
+            HeaderValues::One(value) => PartValue::One(Cow::Borrowed(value)),
+            HeaderValues::Several => PartValue::Ambiguous,
+        }
+    }
+}
+
+/// What a request carries under one header name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderValues<'a> {
+    /// Not sent.
+    Absent,
+    /// Sent exactly once.
+    One(&'a [u8]),
+    /// Sent more than once: ambiguous, so never believed (an auth layer that
+    /// appends instead of replacing would otherwise let the client choose).
+    Several,
+}
+
+impl HeaderValues<'_> {
+    /// Whether the header was not sent at all.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, HeaderValues::Absent)
+    }
 }
 
 /// The values of header `name`, as the identity sees them: a header sent
