@@ -3,17 +3,17 @@
 
 use crate::access_log::AccessLogLine;
 use crate::balance::hash_key;
-use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::Balance;
 use crate::config::RouteAction;
-use crate::forward::{rewritten_target, Values};
 use crate::policy;
 use crate::policy::{Early, HeldLeases, LimitReport, RateEntry, Rejection, Routed, Verdict};
+use crate::request::client_cert::ClientCert;
+use crate::request::forward::{rewritten_target, Values};
+use crate::request::id::request_id;
 use crate::request::parts::without_query_param;
 use crate::request::{request_path, UpstreamRewrite};
-use crate::request_id::request_id;
 use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
 use crate::trace::{Ending, RequestTrace};
@@ -163,7 +163,8 @@ impl RequestCtx {
         self.upstream_host = routed.upstream_host;
         self.preflight = routed.preflight;
         let cors = self.route().and_then(|r| r.forward.cors.as_ref());
-        self.cors_origin = cors.and_then(|policy| crate::cors::allowed_origin(policy, head));
+        self.cors_origin =
+            cors.and_then(|policy| crate::request::cors::allowed_origin(policy, head));
     }
 
     /// What a request gets before any limit counts it, if anything: a CORS
@@ -176,7 +177,7 @@ impl RequestCtx {
         if self.preflight {
             let cors = route.forward.cors.as_ref()?;
             let headers = match self.cors_origin {
-                Some(_) => crate::cors::preflight_headers(cors, head),
+                Some(_) => crate::request::cors::preflight_headers(cors, head),
                 None => Vec::new(),
             };
             return Some(Early::Reply(policy::fixed_reply(204, "", headers)));
@@ -315,10 +316,10 @@ impl RequestCtx {
             response.insert_header(name.clone(), id.clone())?;
         }
         if let Some((policy, allowed)) = voice.cors {
-            crate::cors::dress(response, policy, allowed)?;
+            crate::request::cors::dress(response, policy, allowed)?;
         }
         if let Some((edits, values)) = self.response_edits() {
-            crate::forward::edit(response, edits, &values)?;
+            crate::request::forward::edit(response, edits, &values)?;
         }
         Ok(())
     }

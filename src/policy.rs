@@ -19,7 +19,6 @@
 pub mod keys;
 
 use crate::auth_request::{AuthAnswer, AuthService};
-use crate::client_cert::ClientCert;
 use crate::config::consumers::KeySource;
 use crate::config::{
     Algorithm, Backend, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource,
@@ -33,6 +32,7 @@ use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::metrics::DecisionLabel;
+use crate::request::client_cert::ClientCert;
 use crate::request::parts::query_value;
 use crate::request::parts::{cookie_value, part_value, PartValue, RequestParts};
 use crate::request::HeaderValues;
@@ -412,7 +412,7 @@ pub fn route(
     let host = canonical.host.as_deref();
     // A CORS preflight is routed as the request it asks about, to a route
     // that answers CORS; elsewhere it is an OPTIONS like any other.
-    let preflight = crate::cors::preflight_method(head)
+    let preflight = crate::request::cors::preflight_method(head)
         .and_then(|asked| state.routes.find(asked, host, &canonical.path))
         .filter(|&i| state.compiled[i].forward.cors.is_some());
     let found = preflight.or_else(|| {

@@ -2,10 +2,10 @@
 //! gRPC's trailers-only form for a gRPC call), fixed replies, the answer to
 //! an upstream failure, and the wait of a delayed request.
 
-use crate::client_cert::ClientCert;
 use crate::config::forward::CorsPolicy;
 use crate::metrics::Metrics;
 use crate::policy::{self, HeldLeases, Rejection, Reply};
+use crate::request::client_cert::ClientCert;
 use crate::state::{CompiledRoute, GatewayState};
 use http::{header, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
@@ -112,7 +112,7 @@ pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> 
         response.insert_header(name.clone(), id.clone())?;
     }
     if let Some((policy, allowed)) = voice.cors {
-        crate::cors::dress(&mut response, policy, allowed)?;
+        crate::request::cors::dress(&mut response, policy, allowed)?;
     }
     if reply.status != 204 {
         response.insert_header(header::CONTENT_TYPE, reply.content_type)?;
@@ -229,7 +229,7 @@ pub fn peer_ip(session: &Session) -> IpAddr {
 /// (see `client_cert`): looked up by the SHA-256 Pingora keeps of it.
 pub fn client_cert(session: &Session) -> Option<Arc<ClientCert>> {
     let digest = session.digest()?.ssl_digest.as_ref()?;
-    crate::client_cert::verified(&digest.cert_digest)
+    crate::request::client_cert::verified(&digest.cert_digest)
 }
 
 /// How an upstream or gateway failure `e` is answered for `route`: 502

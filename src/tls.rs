@@ -5,8 +5,8 @@
 //! client CA applies to new handshakes at once, while open connections keep
 //! theirs.
 
-use crate::client_cert;
 use crate::config::tls::ClientAuth;
+use crate::request::client_cert;
 use crate::state::SharedState;
 use pingora::listeners::tls::TlsSettings;
 use rustls::client::danger::HandshakeSignatureValid;

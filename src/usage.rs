@@ -171,7 +171,7 @@ fn key_and_quota(
     let client_cert = certificate_parts
         .iter()
         .any(|p| c.key.contains(p))
-        .then(|| crate::client_cert::ClientCert {
+        .then(|| crate::request::client_cert::ClientCert {
             fingerprint: text_of(KeyPart::ClientCert).unwrap_or_default(),
             subject: text_of(KeyPart::ClientSubject).unwrap_or_default(),
             subject_cn: None,

@@ -8,13 +8,13 @@
 //! `required`). Nothing here touches the network.
 
 use crate::auth_request::AuthService;
-use crate::client_cert::ClientCert;
 use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
 use crate::config::file::CertField;
 use crate::config::IdentityConfig;
 use crate::key_store::RedisKeys;
 use crate::limiter::Decider;
 use crate::metrics::IdentityMetrics;
+use crate::request::client_cert::ClientCert;
 use crate::request::parts::PartValue;
 use crate::request::HeaderValues;
 use prometheus::IntCounter;

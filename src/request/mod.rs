@@ -1,13 +1,23 @@
-//! What the gateway reads off a request head, before any policy: the
-//! canonical target and host, an identity header's values, the client's
-//! `X-Forwarded-For` chain. Pure functions of the head (no session, no I/O),
-//! so each is unit-tested here.
+//! The request layer: what the gateway reads off a request before any
+//! policy. Here: the canonical target and host, a header's values, the
+//! client's `X-Forwarded-For` chain and what goes upstream; below, the key
+//! parts ([`parts`]), the request ID ([`id`]), CORS ([`cors`]), a route's
+//! forwarding rules ([`forward`]) and the verified client certificate of
+//! the connection ([`client_cert`]).
+//!
+//! Pure functions of the head and the connection (no session, no I/O,
+//! no metrics), so each is unit-tested where it lives. May use `config`
+//! and the leaves (`target`, `sync`); nothing above it.
 
+pub mod client_cert;
+pub mod cors;
+pub mod forward;
+pub mod id;
 pub mod parts;
 
 use crate::config::forward::HeaderEdits;
 use crate::config::EscapedSlashes;
-use crate::forward::{edit, Values};
+use crate::request::forward::{edit, Values};
 use crate::request::parts::PartValue;
 use crate::target::{canonical_host, canonical_target, TargetError};
 use http::{header, HeaderName, HeaderValue};

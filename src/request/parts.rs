@@ -7,8 +7,8 @@
 //! byte sequence a client can send gives a value, a "missing" or an
 //! "ambiguous", never a panic.
 
-use crate::client_cert::ClientCert;
 use crate::config::{ClientIpConfig, IpNet, KeyPart};
+use crate::request::client_cert::ClientCert;
 use std::borrow::Cow;
 use std::net::IpAddr;
 

@@ -7,7 +7,7 @@
 //! of CORS answers on one response are refused by browsers.
 
 use crate::config::forward::{CorsOrigins, CorsPolicy};
-use crate::forward::EditableHead;
+use crate::request::forward::EditableHead;
 use http::header::{self, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 
