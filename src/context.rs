@@ -2,7 +2,6 @@
 //! served with, its route, what the limits said, and what goes upstream.
 
 use crate::access_log::AccessLogLine;
-use crate::balance::hash_key;
 use crate::config::consumers::KeySource;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::Balance;
@@ -17,6 +16,7 @@ use crate::request::{request_path, UpstreamRewrite};
 use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
 use crate::trace::{Ending, RequestTrace};
+use crate::upstream::balance::hash_key;
 use crate::upstream::Upstream;
 use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};

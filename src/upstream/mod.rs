@@ -1,10 +1,22 @@
-//! Upstream pools: Pingora load balancers over the resolved server addresses.
+//! The upstream layer: where a proxied request goes. Here: one pool per
+//! upstream (its peers, TLS trust and connection-pool key); below, the
+//! servers' current addresses and DNS refreshes ([`servers`]), the choice of
+//! a server ([`balance`]), passive health ([`passive`]) and the background
+//! service running active checks and refreshes ([`health`]).
+//!
+//! May use `config`, `request` (a hashing upstream keys on a request's
+//! parts) and the leaves; it knows nothing of policy, limits or sessions.
 
-use crate::balance::Balancer;
+pub mod balance;
+pub mod health;
+pub mod passive;
+pub mod servers;
+
 use crate::config::{UpstreamConfig, UpstreamProtocol, UpstreamTls};
-use crate::passive::PassiveHealth;
-use crate::servers::{backend, Servers, WrittenAddr};
 use crate::sync::Locked;
+use crate::upstream::balance::Balancer;
+use crate::upstream::passive::PassiveHealth;
+use crate::upstream::servers::{backend, Servers, WrittenAddr};
 use http::HeaderValue;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::{Backend, Backends};
