@@ -193,7 +193,7 @@ fn api_key_lookup(c: &mut Criterion) {
         sluice::config::Config::from_text(std::path::Path::new("bench.yaml"), text, |_| None)
             .expect("config")
     };
-    let metrics = sluice::metrics::Metrics::new().expect("metrics");
+    let metrics = sluice::observe::metrics::Metrics::new().expect("metrics");
     let with_keys =
         Identity::new(&load(&config).identity, "", &metrics.identity).expect("identity");
     let without = Identity::new(&load("").identity, "", &metrics.identity).expect("identity");
@@ -234,7 +234,7 @@ fn api_key_lookup(c: &mut Criterion) {
 /// sketch), and 100,000 keys in turn (each one evicting the smallest).
 fn denied_keys(c: &mut Criterion) {
     let mut group = c.benchmark_group("denied_keys_record");
-    let sketch = sluice::top_keys::DeniedKeys::default();
+    let sketch = sluice::observe::top_keys::DeniedKeys::default();
     let now = std::time::Instant::now();
     group.bench_function("flood_one_key", |b| {
         b.iter(|| sketch.record(black_box("10.0.0.1"), now))

@@ -4,7 +4,7 @@
 //! `/v1/consumers/…` (see `consumer_api`).
 
 use crate::limiter::Readiness;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::state::SharedState;
 use async_trait::async_trait;
 use http::{Response, StatusCode};

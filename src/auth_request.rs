@@ -14,7 +14,7 @@
 //! credential (`cache_ttl`, off by default), keyed by a SHA-256 of it.
 
 use crate::config::AuthRequestConfig;
-use crate::metrics::IdentityMetrics;
+use crate::observe::metrics::IdentityMetrics;
 use bytes::Bytes;
 use http::HeaderValue;
 use prometheus::{Histogram, IntCounter};

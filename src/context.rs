@@ -1,11 +1,12 @@
 //! What one request carries between the proxy's filters: the state it is
 //! served with, its route, what the limits said, and what goes upstream.
 
-use crate::access_log::AccessLogLine;
 use crate::config::consumers::KeySource;
 use crate::config::forward::{HeaderEdits, UpstreamHost};
 use crate::config::Balance;
 use crate::config::RouteAction;
+use crate::observe::access_log::AccessLogLine;
+use crate::observe::trace::{Ending, RequestTrace};
 use crate::policy;
 use crate::policy::{Early, HeldLeases, LimitReport, RateEntry, Rejection, Routed, Verdict};
 use crate::request::client_cert::ClientCert;
@@ -15,7 +16,6 @@ use crate::request::parts::without_query_param;
 use crate::request::{request_path, UpstreamRewrite};
 use crate::respond::Voice;
 use crate::state::{CompiledRoute, GatewayState};
-use crate::trace::{Ending, RequestTrace};
 use crate::upstream::balance::hash_key;
 use crate::upstream::Upstream;
 use http::HeaderValue;
@@ -376,7 +376,8 @@ impl RequestCtx {
             return;
         };
         let verdict = self.verdict;
-        let denied = verdict.is_some_and(|v| v.label == crate::metrics::DecisionLabel::Deny);
+        let denied =
+            verdict.is_some_and(|v| v.label == crate::observe::metrics::DecisionLabel::Deny);
         if !tracer.exports(&trace, denied) {
             return;
         }

@@ -34,7 +34,7 @@
 
 use crate::config::FrontDoorConfig;
 use crate::handshake::{HandshakeGuard, Handshakes};
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::state::SharedState;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;

@@ -20,7 +20,7 @@
 //! original still names that socket, and lets go (closing its duplicate)
 //! as soon as it does not: a failed handshake's socket is not kept open.
 
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::state::SharedState;
 use async_trait::async_trait;
 use pingora::listeners::PreTlsProcess;

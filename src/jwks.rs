@@ -9,7 +9,7 @@
 
 pub use crate::config::jwks::{KeySet, VerificationKey};
 use crate::config::JwksSource;
-use crate::metrics::IdentityMetrics;
+use crate::observe::metrics::IdentityMetrics;
 use arc_swap::ArcSwap;
 use jsonwebtoken::Algorithm;
 use prometheus::{IntCounter, IntGauge};

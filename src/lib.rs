@@ -16,7 +16,6 @@
 // tests unwraps: a request, a config file or Redis never panics sluice.
 #![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod access_log;
 pub mod admin;
 pub mod attempt;
 pub mod auth_request;
@@ -34,7 +33,7 @@ pub mod jwks;
 pub mod key_failures;
 pub mod key_store;
 pub mod limiter;
-pub mod metrics;
+pub mod observe;
 pub mod policy;
 pub mod proxy;
 pub mod reload;
@@ -47,8 +46,6 @@ pub mod sync;
 pub mod target;
 pub mod tls;
 pub mod top;
-pub mod top_keys;
-pub mod trace;
 pub mod upstream;
 pub mod usage;
 pub mod warm_up;

@@ -8,12 +8,12 @@
 //! Each request works on the [`GatewayState`](crate::state::GatewayState) that was current when it
 //! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
-use crate::access_log::AccessLog;
 use crate::attempt;
 use crate::config::RouteAction;
 use crate::context::RequestCtx;
 use crate::front_door::GuardedStream;
-use crate::metrics::Metrics;
+use crate::observe::access_log::AccessLog;
+use crate::observe::metrics::Metrics;
 use crate::policy::{self, Rejection, RequestView, Step};
 use crate::request::drop_foreign_upgrade;
 use crate::respond;

@@ -10,7 +10,7 @@
 
 use crate::config::diff::{diff, ConfigDiff};
 use crate::config::{Config, ConfigError};
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::state::{BuildError, GatewayState, SharedState};
 use crate::sync::Locked;
 use crate::watch::{ConfigWatch, POLL};

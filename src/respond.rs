@@ -3,7 +3,7 @@
 //! an upstream failure, and the wait of a delayed request.
 
 use crate::config::forward::CorsPolicy;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::policy::{self, HeldLeases, Rejection, Reply};
 use crate::request::client_cert::ClientCert;
 use crate::state::{CompiledRoute, GatewayState};

@@ -9,11 +9,11 @@
 use crate::config::{Config, LimitConfig, RouteAction};
 use crate::identity::{Identity, IdentityDecisions};
 use crate::limiter::{Decider, LimiterError};
-use crate::metrics::{LimitCounters, Metrics};
+use crate::observe::metrics::{LimitCounters, Metrics};
+use crate::observe::top_keys::DeniedKeys;
+use crate::observe::trace::Tracer;
 use crate::request::parts::ClientIpResolver;
 use crate::route::RouteTable;
-use crate::top_keys::DeniedKeys;
-use crate::trace::Tracer;
 use crate::upstream::Upstream;
 use arc_swap::ArcSwap;
 use prometheus::Histogram;

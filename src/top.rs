@@ -1,12 +1,12 @@
 //! The top limited keys on the admin listener:
 //! `GET /v1/top?route=R&limit=L&n=20` lists the keys this instance denied
 //! most in the last minute, with their counts, from each limit's sketch (see
-//! [`top_keys`](crate::top_keys) for the error bound). Without `limit`, the
+//! [`top_keys`](crate::observe::top_keys) for the error bound). Without `limit`, the
 //! route's limits together; without `route`, every limit's. The admin
 //! token is required as for the usage API.
 
+use crate::observe::top_keys::{TopKey, CAPACITY, SLICE, SLICES};
 use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
-use crate::top_keys::{TopKey, CAPACITY, SLICE, SLICES};
 use crate::usage::{authorize, error, parameter, Answer};
 use http::StatusCode;
 use serde_json::json;

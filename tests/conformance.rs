@@ -20,7 +20,7 @@ use sluice::config::{Algorithm, RedisConfig};
 use sluice::limiter::local::{Clock, LocalLimiter};
 use sluice::limiter::redis::RedisLimiter;
 use sluice::limiter::{Decision, LimitCheck, Limiter};
-use sluice::metrics::Metrics;
+use sluice::observe::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

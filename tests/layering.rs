@@ -59,13 +59,13 @@ fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
     assert!(files.len() > 5, "no limiter sources found");
     let forbidden = [
         "crate::proxy",
-        "crate::metrics",
+        "crate::observe::metrics",
         "crate::front_door",
         "crate::headers",
         "crate::policy",
         "crate::context",
         "crate::request",
-        "crate::access_log",
+        "crate::observe::access_log",
         "crate::admin",
         "pingora",
         "http::",

@@ -6,7 +6,7 @@
 use super::{Claims, Established, User};
 use crate::config::{JwtConfig, JwtKey};
 use crate::jwks::Jwks;
-use crate::metrics::IdentityMetrics;
+use crate::observe::metrics::IdentityMetrics;
 use jsonwebtoken::{decode, decode_header, DecodingKey, Validation};
 use std::borrow::Cow;
 
@@ -203,7 +203,9 @@ mod tests {
     }
 
     fn test_metrics() -> IdentityMetrics {
-        crate::metrics::Metrics::new().expect("metrics").identity
+        crate::observe::metrics::Metrics::new()
+            .expect("metrics")
+            .identity
     }
 
     fn now() -> u64 {

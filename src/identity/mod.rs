@@ -13,7 +13,7 @@ use crate::config::file::CertField;
 use crate::config::IdentityConfig;
 use crate::key_store::RedisKeys;
 use crate::limiter::Decider;
-use crate::metrics::IdentityMetrics;
+use crate::observe::metrics::IdentityMetrics;
 use crate::request::client_cert::ClientCert;
 use crate::request::parts::PartValue;
 use crate::request::HeaderValues;

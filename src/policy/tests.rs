@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use std::net::Ipv4Addr;
 use std::path::Path;
 

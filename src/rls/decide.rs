@@ -14,7 +14,7 @@ use super::proto::{
 use crate::config::rls::{Rate, RlsConfig, RlsHeaders, RlsLimit, Unit};
 use crate::config::Algorithm;
 use crate::limiter::{Decision, LimitCheck, Source};
-use crate::metrics::{DecisionLabel, LimitCounters};
+use crate::observe::metrics::{DecisionLabel, LimitCounters};
 use crate::state::{CompiledRls, GatewayState};
 use std::collections::HashMap;
 use std::time::Duration;
