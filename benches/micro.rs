@@ -11,8 +11,8 @@ use sluice::config::{Algorithm, KeyPart, PathMatch, RouteAction, RouteConfig};
 use sluice::limiter::local::LocalLimiter;
 use sluice::limiter::LimitCheck;
 use sluice::policy::keys::build_key;
+use sluice::policy::route::RouteTable;
 use sluice::request::parts::{PartValue, RequestParts};
-use sluice::route::RouteTable;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,7 +172,7 @@ fn local_limiter(c: &mut Criterion) {
 /// miss) beside the same step with no identity configured: what a key
 /// lookup adds to a request.
 fn api_key_lookup(c: &mut Criterion) {
-    use sluice::identity::Identity;
+    use sluice::policy::identity::Identity;
     use sluice::request::HeaderValues;
     let dir = tempfile::tempdir().expect("tempdir");
     let consumers = dir.path().join("consumers.yaml");
@@ -212,7 +212,8 @@ fn api_key_lookup(c: &mut Criterion) {
     });
     // The Redis store's warm path: the key hashed, its answer found in the
     // lookup cache (10,000 answers cached).
-    let store = sluice::key_store::RedisKeys::new("sluice:", Duration::from_secs(60));
+    let store =
+        sluice::policy::identity::key_store::RedisKeys::new("sluice:", Duration::from_secs(60));
     for i in 0..10_000 {
         let key = format!("key-{i:05}-0123456789abcdef");
         let consumer = sluice::config::consumers::Consumer {

@@ -5,7 +5,7 @@
 
 use crate::limiter::Readiness;
 use crate::observe::metrics::Metrics;
-use crate::state::SharedState;
+use crate::policy::state::SharedState;
 use async_trait::async_trait;
 use http::{Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -118,7 +118,7 @@ const MAX_BODY: usize = 4096;
 
 /// Answers a consumers API call (reading its small JSON body).
 async fn consumers(
-    state: &crate::state::SharedState,
+    state: &crate::policy::state::SharedState,
     session: &mut ServerSession,
 ) -> Response<Vec<u8>> {
     let mut body = Vec::new();

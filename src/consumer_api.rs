@@ -13,7 +13,7 @@
 //! credentials.
 
 use crate::config::consumers::valid_id;
-use crate::state::GatewayState;
+use crate::policy::state::GatewayState;
 use http::{Method, StatusCode};
 use serde_json::json;
 

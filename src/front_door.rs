@@ -35,7 +35,7 @@
 use crate::config::FrontDoorConfig;
 use crate::handshake::{HandshakeGuard, Handshakes};
 use crate::observe::metrics::Metrics;
-use crate::state::SharedState;
+use crate::policy::state::SharedState;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::raw_connect::ProxyDigest;

@@ -21,7 +21,7 @@
 //! as soon as it does not: a failed handshake's socket is not kept open.
 
 use crate::observe::metrics::Metrics;
-use crate::state::SharedState;
+use crate::policy::state::SharedState;
 use async_trait::async_trait;
 use pingora::listeners::PreTlsProcess;
 use pingora::protocols::l4::stream::Stream as L4Stream;

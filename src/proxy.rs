@@ -5,7 +5,7 @@
 //! server; the upstream gets the route's rewrite, the client the rate-limit
 //! headers and the request ID; `logging` releases leases, counts and logs.
 //!
-//! Each request works on the [`GatewayState`](crate::state::GatewayState) that was current when it
+//! Each request works on the [`GatewayState`](crate::policy::state::GatewayState) that was current when it
 //! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
 use crate::attempt;
@@ -14,10 +14,10 @@ use crate::context::RequestCtx;
 use crate::front_door::GuardedStream;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Metrics;
+use crate::policy::state::SharedState;
 use crate::policy::{self, Rejection, RequestView, Step};
 use crate::request::drop_foreign_upgrade;
 use crate::respond;
-use crate::state::SharedState;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
@@ -26,7 +26,7 @@ use pingora::{Error, ErrorType};
 use prometheus::Histogram;
 use std::sync::Arc;
 
-/// The gateway: the swappable [`GatewayState`](crate::state::GatewayState) plus the process-wide metrics.
+/// The gateway: the swappable [`GatewayState`](crate::policy::state::GatewayState) plus the process-wide metrics.
 pub struct Gateway {
     state: SharedState,
     metrics: Arc<Metrics>,

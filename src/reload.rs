@@ -11,7 +11,7 @@
 use crate::config::diff::{diff, ConfigDiff};
 use crate::config::{Config, ConfigError};
 use crate::observe::metrics::Metrics;
-use crate::state::{BuildError, GatewayState, SharedState};
+use crate::policy::state::{BuildError, GatewayState, SharedState};
 use crate::sync::Locked;
 use crate::watch::{ConfigWatch, POLL};
 use async_trait::async_trait;
@@ -146,7 +146,7 @@ impl ReloadJob {
             }
             *running = new;
         }
-        next.rls = crate::state::CompiledRls::build(&next.config, &self.metrics);
+        next.rls = crate::policy::state::CompiledRls::build(&next.config, &self.metrics);
         self.state.store(Arc::new(next));
         Ok(changes)
     }

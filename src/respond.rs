@@ -4,9 +4,9 @@
 
 use crate::config::forward::CorsPolicy;
 use crate::observe::metrics::Metrics;
+use crate::policy::state::{CompiledRoute, GatewayState};
 use crate::policy::{self, HeldLeases, Rejection, Reply};
 use crate::request::client_cert::ClientCert;
-use crate::state::{CompiledRoute, GatewayState};
 use http::{header, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::prelude::Result;

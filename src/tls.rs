@@ -6,8 +6,8 @@
 //! theirs.
 
 use crate::config::tls::ClientAuth;
+use crate::policy::state::SharedState;
 use crate::request::client_cert;
-use crate::state::SharedState;
 use pingora::listeners::tls::TlsSettings;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};

@@ -6,7 +6,7 @@
 //! token is required as for the usage API.
 
 use crate::observe::top_keys::{TopKey, CAPACITY, SLICE, SLICES};
-use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
+use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::usage::{authorize, error, parameter, Answer};
 use http::StatusCode;
 use serde_json::json;

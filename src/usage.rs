@@ -14,12 +14,12 @@
 
 use crate::config::LimitConfig;
 use crate::config::{KeyPart, PlanSource};
-use crate::headers::ceil_secs;
 use crate::limiter::Decision;
 use crate::policy::keys::build_key;
+use crate::policy::rate_headers::ceil_secs;
+use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::policy::{applied_limit, counter_name, limit_check};
 use crate::request::parts::{query_value, PartValue, RequestParts};
-use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use http::StatusCode;
 use serde_json::json;
 use std::borrow::Cow;

@@ -15,7 +15,7 @@
 //! when Redis does, even while no request arrives to connect it.
 
 use crate::limiter::Link;
-use crate::state::SharedState;
+use crate::policy::state::SharedState;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;

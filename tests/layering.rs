@@ -61,7 +61,7 @@ fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
         "crate::proxy",
         "crate::observe::metrics",
         "crate::front_door",
-        "crate::headers",
+        "crate::policy::rate_headers",
         "crate::policy",
         "crate::context",
         "crate::request",
@@ -87,7 +87,7 @@ fn the_config_knows_nothing_of_redis_pingora_or_the_limiter() {
         "pingora",
         "crate::limiter",
         "crate::proxy",
-        "crate::state",
+        "crate::policy::state",
     ];
     let found = offending(&files, &forbidden);
     assert!(
@@ -138,7 +138,7 @@ fn the_lock_helpers_are_pure() {
 fn exemptions_match_on_what_they_are_given() {
     let forbidden = [
         "crate::limiter",
-        "crate::state",
+        "crate::policy::state",
         "crate::policy",
         "pingora",
         "redis::",

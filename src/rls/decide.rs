@@ -15,7 +15,7 @@ use crate::config::rls::{Rate, RlsConfig, RlsHeaders, RlsLimit, Unit};
 use crate::config::Algorithm;
 use crate::limiter::{Decision, LimitCheck, Source};
 use crate::observe::metrics::{DecisionLabel, LimitCounters};
-use crate::state::{CompiledRls, GatewayState};
+use crate::policy::state::{CompiledRls, GatewayState};
 use std::collections::HashMap;
 use std::time::Duration;
 

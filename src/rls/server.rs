@@ -7,7 +7,7 @@
 use super::decide::{should_rate_limit, Refusal};
 use super::proto::{RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer};
 use crate::observe::metrics::Metrics;
-use crate::state::SharedState;
+use crate::policy::state::SharedState;
 use async_trait::async_trait;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;

@@ -8,7 +8,7 @@
 //! whose signature verified.
 
 use crate::config::ExemptConfig;
-use crate::identity::Claims;
+use crate::policy::identity::Claims;
 use crate::request::HeaderValues;
 use serde_json::Value;
 use std::net::IpAddr;

@@ -1,5 +1,13 @@
-//! The policy step: what the gateway decides about a request before it is
-//! proxied. It turns the running state, the matched route and a view of the
+//! The policy layer: what the gateway decides about a request before it is
+//! proxied, and the running state it decides with ([`state`]: routes,
+//! identity, limits, upstreams, built from one config and swapped whole on
+//! reload). Below it: route matching ([`route`]), who the user is
+//! ([`identity`]), exemptions ([`exempt`]), counter keys ([`keys`]), unknown
+//! API keys per client ([`key_failures`]) and the rate-limit headers
+//! ([`rate_headers`]). May use `observe`, `upstream`, `request`, `config`,
+//! the limiter and the leaves; never the edge (it touches no session).
+//!
+//! The policy step itself It turns the running state, the matched route and a view of the
 //! request into a [`Judgement`]: proceed (with the rate entries the headers
 //! report and the concurrency leases to release at the end), or a
 //! [`Rejection`] that renders its own status, headers and JSON body.
@@ -16,17 +24,18 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+pub mod exempt;
+pub mod identity;
+pub mod key_failures;
 pub mod keys;
+pub mod rate_headers;
+pub mod route;
+pub mod state;
 
-use crate::auth_request::{AuthAnswer, AuthService};
 use crate::config::consumers::KeySource;
 use crate::config::{
     Algorithm, Backend, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource,
 };
-use crate::exempt::{exempts, Subject};
-use crate::headers::{self, ceil_secs};
-use crate::identity::{ApiKeys, Claims, Established, Identity, User};
-use crate::key_failures;
 use crate::limiter::batch_size;
 use crate::limiter::leases::LeaseHold;
 use crate::limiter::waiters::WaitPermit;
@@ -34,12 +43,16 @@ use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::observe::metrics::DecisionLabel;
 use crate::observe::top_keys::parts_of;
 use crate::observe::trace::{AuthSpan, DecisionSpan};
+use crate::policy::exempt::{exempts, Subject};
+use crate::policy::identity::auth_request::{AuthAnswer, AuthService};
+use crate::policy::identity::{ApiKeys, Claims, Established, Identity, User};
+use crate::policy::rate_headers::ceil_secs;
+use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::request::client_cert::ClientCert;
 use crate::request::parts::query_value;
 use crate::request::parts::{cookie_value, part_value, PartValue, RequestParts};
 use crate::request::HeaderValues;
 use crate::request::{canonical_request, header_values};
-use crate::state::{CompiledLimit, CompiledRoute, GatewayState};
 use bytes::Bytes;
 use http::HeaderValue;
 use keys::{build_key, AmbiguousPart};
@@ -824,7 +837,7 @@ pub fn rate_headers(
     let entries = entries
         .iter()
         .map(|e| (&route.limits[e.limit].config, e.applied, &e.decision));
-    headers::rate_headers(state.config.response.headers, entries)
+    rate_headers::rate_headers(state.config.response.headers, entries)
 }
 
 /// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).

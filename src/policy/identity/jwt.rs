@@ -5,8 +5,8 @@
 
 use super::{Claims, Established, User};
 use crate::config::{JwtConfig, JwtKey};
-use crate::jwks::Jwks;
 use crate::observe::metrics::IdentityMetrics;
+use crate::policy::identity::jwks::Jwks;
 use jsonwebtoken::{decode, decode_header, DecodingKey, Validation};
 use std::borrow::Cow;
 

@@ -7,13 +7,13 @@
 //! wrongly signed or `alg: none` token means "no user" (or 401 when
 //! `required`). Nothing here touches the network.
 
-use crate::auth_request::AuthService;
 use crate::config::consumers::{Consumer, Consumers, Failures, KeySource, KeyStore};
 use crate::config::file::CertField;
 use crate::config::IdentityConfig;
-use crate::key_store::RedisKeys;
 use crate::limiter::Decider;
 use crate::observe::metrics::IdentityMetrics;
+use crate::policy::identity::auth_request::AuthService;
+use crate::policy::identity::key_store::RedisKeys;
 use crate::request::client_cert::ClientCert;
 use crate::request::parts::PartValue;
 use crate::request::HeaderValues;
@@ -21,7 +21,10 @@ use prometheus::IntCounter;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+pub mod auth_request;
+pub mod jwks;
 mod jwt;
+pub mod key_store;
 pub use jwt::JwtVerifier;
 
 /// The identity of one request.

@@ -10,7 +10,7 @@
 use crate::config::consumers::Failures;
 use crate::config::Algorithm;
 use crate::limiter::LimitCheck;
-use crate::state::GatewayState;
+use crate::policy::state::GatewayState;
 use std::net::IpAddr;
 use std::time::Duration;
 

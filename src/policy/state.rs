@@ -7,13 +7,13 @@
 //! upstream of a request in flight; the next request sees the new state.
 
 use crate::config::{Config, LimitConfig, RouteAction};
-use crate::identity::{Identity, IdentityDecisions};
 use crate::limiter::{Decider, LimiterError};
 use crate::observe::metrics::{LimitCounters, Metrics};
 use crate::observe::top_keys::DeniedKeys;
 use crate::observe::trace::Tracer;
+use crate::policy::identity::{Identity, IdentityDecisions};
+use crate::policy::route::RouteTable;
 use crate::request::parts::ClientIpResolver;
-use crate::route::RouteTable;
 use crate::upstream::Upstream;
 use arc_swap::ArcSwap;
 use prometheus::Histogram;
