@@ -7,7 +7,7 @@
 //! ([`rate_headers`]). May use `observe`, `upstream`, `request`, `config`,
 //! the limiter and the leaves; never the edge (it touches no session).
 //!
-//! The policy step itself It turns the running state, the matched route and a view of the
+//! The policy step itself turns the running state, the matched route and a view of the
 //! request into a [`Judgement`]: proceed (with the rate entries the headers
 //! report and the concurrency leases to release at the end), or a
 //! [`Rejection`] that renders its own status, headers and JSON body.
