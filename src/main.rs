@@ -12,17 +12,17 @@ use pingora::services::listening::Service;
 use pingora::services::ServiceHandle;
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
-use sluice::drain::settle_time;
-use sluice::fast_stop::FastStopWatch;
-use sluice::front_door::FrontDoor;
+use sluice::edge::drain::settle_time;
+use sluice::edge::fast_stop::FastStopWatch;
+use sluice::edge::front_door::FrontDoor;
+use sluice::edge::proxy::Gateway;
+use sluice::edge::warm_up::LimiterWarmUp;
 use sluice::observe::access_log::{AccessLog, QUEUE_LINES};
 use sluice::observe::metrics::Metrics;
 use sluice::policy::state::{GatewayState, SharedState};
-use sluice::proxy::Gateway;
 use sluice::reload::Reloader;
 use sluice::rls::server::RlsListener;
 use sluice::upstream::health::HealthChecks;
-use sluice::warm_up::LimiterWarmUp;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -288,7 +288,7 @@ fn proxy_service(
     let mut listening = config.server.listen.join(", ");
     for listener in &config.server.tls {
         let addr = &listener.listen;
-        let settings = sluice::tls::listener_settings(Arc::clone(state), addr)
+        let settings = sluice::edge::tls::listener_settings(Arc::clone(state), addr)
             .map_err(|e| format!("TLS listener {addr}: {e}"))?;
         proxy.add_tls_with_settings(addr, None, settings);
         listening.push_str(&format!(", TLS {addr}"));

@@ -58,12 +58,12 @@ fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
     let files = sources(&src("limiter"));
     assert!(files.len() > 5, "no limiter sources found");
     let forbidden = [
-        "crate::proxy",
+        "crate::edge::proxy",
         "crate::observe::metrics",
-        "crate::front_door",
+        "crate::edge::front_door",
         "crate::policy::rate_headers",
         "crate::policy",
-        "crate::context",
+        "crate::edge::context",
         "crate::request",
         "crate::observe::access_log",
         "crate::admin",
@@ -86,7 +86,7 @@ fn the_config_knows_nothing_of_redis_pingora_or_the_limiter() {
         "redis::",
         "pingora",
         "crate::limiter",
-        "crate::proxy",
+        "crate::edge::proxy",
         "crate::policy::state",
     ];
     let found = offending(&files, &forbidden);
@@ -116,9 +116,9 @@ fn the_policy_step_never_sees_a_session() {
     let forbidden = [
         "pingora::proxy",
         "Session",
-        "crate::proxy",
-        "crate::context",
-        "crate::front_door",
+        "crate::edge::proxy",
+        "crate::edge::context",
+        "crate::edge::front_door",
     ];
     let found = offending(&files, &forbidden);
     assert!(
@@ -156,10 +156,10 @@ fn the_rate_limit_service_decides_apart_from_its_transport() {
         "pingora",
         "hyper",
         "tonic",
-        "crate::proxy",
-        "crate::context",
+        "crate::edge::proxy",
+        "crate::edge::context",
         "crate::policy",
-        "crate::front_door",
+        "crate::edge::front_door",
     ];
     let found = offending(&files, &forbidden);
     assert!(

@@ -105,7 +105,7 @@ impl RlsListener {
     fn tls(&self) -> Option<TlsAcceptor> {
         let state = self.state.load();
         state.config.server.rls.as_ref()?.tls.as_ref()?;
-        match crate::tls::rls_server_config(Arc::clone(&self.state)) {
+        match crate::edge::tls::rls_server_config(Arc::clone(&self.state)) {
             Ok(config) => Some(TlsAcceptor::from(config)),
             Err(e) => {
                 log::error!("rate-limit service TLS: {e}");

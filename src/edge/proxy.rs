@@ -8,16 +8,16 @@
 //! Each request works on the [`GatewayState`](crate::policy::state::GatewayState) that was current when it
 //! started (taken in `new_ctx`), so a reload never changes a request in flight.
 
-use crate::attempt;
 use crate::config::RouteAction;
-use crate::context::RequestCtx;
-use crate::front_door::GuardedStream;
+use crate::edge::attempt;
+use crate::edge::context::RequestCtx;
+use crate::edge::front_door::GuardedStream;
+use crate::edge::respond;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
 use crate::policy::{self, Rejection, RequestView, Step};
 use crate::request::drop_foreign_upgrade;
-use crate::respond;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};

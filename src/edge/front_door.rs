@@ -20,7 +20,7 @@
 //!
 //! On the TLS listeners the same cap and `client_header_timeout` also cover
 //! the handshake, before Pingora hands the connection over
-//! ([`crate::handshake`]).
+//! ([`crate::edge::handshake`]).
 //!
 //! The body timeout (`client_body_timeout`, between two body reads) is
 //! Pingora's own per-read timeout, set per request by the proxy, because
@@ -33,7 +33,7 @@
 //! `sluice_downstream_rejected_total{reason}`.
 
 use crate::config::FrontDoorConfig;
-use crate::handshake::{HandshakeGuard, Handshakes};
+use crate::edge::handshake::{HandshakeGuard, Handshakes};
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
 use async_trait::async_trait;
@@ -74,7 +74,7 @@ pub struct FrontDoor<A> {
 
 impl<A> FrontDoor<A> {
     /// Wraps `inner`; the limits are read from `state` at each accept; on
-    /// shutdown, connections get `settle` (see [`crate::drain`]) before the
+    /// shutdown, connections get `settle` (see [`crate::edge::drain`]) before the
     /// inner application drops the idle ones.
     pub fn new(inner: A, settle: Duration, state: SharedState, metrics: Arc<Metrics>) -> Self {
         Self {

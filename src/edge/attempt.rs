@@ -3,7 +3,7 @@
 //! failed try is tried again (`retries`). Limits are decided once, before
 //! the first try; a retry never counts a request again.
 
-use crate::context::RequestCtx;
+use crate::edge::context::RequestCtx;
 use pingora::prelude::HttpPeer;
 use pingora::{Error, ErrorType};
 use std::net::IpAddr;
