@@ -18,17 +18,12 @@
 
 pub mod admin;
 pub mod config;
-pub mod consumer_api;
 pub mod edge;
 pub mod limiter;
 pub mod observe;
 pub mod policy;
-pub mod reload;
 pub mod request;
 pub mod rls;
 pub mod sync;
 pub mod target;
-pub mod top;
 pub mod upstream;
-pub mod usage;
-pub mod watch;

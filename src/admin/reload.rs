@@ -8,12 +8,12 @@
 //! Settings only a restart can apply (listeners, threads, …) are reported and
 //! keep their running values.
 
+use crate::admin::watch::{ConfigWatch, POLL};
 use crate::config::diff::{diff, ConfigDiff};
 use crate::config::{Config, ConfigError};
 use crate::observe::metrics::Metrics;
 use crate::policy::state::{BuildError, GatewayState, SharedState};
 use crate::sync::Locked;
-use crate::watch::{ConfigWatch, POLL};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;

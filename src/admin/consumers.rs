@@ -136,7 +136,7 @@ fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), A
         ));
     };
     let expected = format!("Bearer {token}");
-    if crate::usage::constant_time_eq(authorization.unwrap_or(b""), expected.as_bytes()) {
+    if crate::admin::usage::constant_time_eq(authorization.unwrap_or(b""), expected.as_bytes()) {
         Ok(())
     } else {
         Err(error(StatusCode::UNAUTHORIZED, "unauthorized", json!({})))

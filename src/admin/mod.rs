@@ -1,7 +1,19 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md, "Metrics and health")
-//! the usage API, `/v1/usage` (see `usage`), the top limited keys,
-//! `/v1/top` (see `top`), and the consumers API,
-//! `/v1/consumers/…` (see `consumer_api`).
+//! The admin layer: what operators use to run the gateway. Here, the admin
+//! listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md,
+//! "Metrics and health") and the routes to its APIs: the usage API
+//! `/v1/usage` ([`usage`]), the top limited keys `/v1/top` ([`top`]) and the
+//! consumers API `/v1/consumers/…` ([`consumers`]). Also the config's
+//! reloads on `SIGHUP` ([`reload`]) and the file watch that triggers them
+//! ([`watch`]).
+//!
+//! The top of the library: may use every layer below (`edge` excepted: the
+//! admin listener is its own Pingora service and shares only the state).
+
+pub mod consumers;
+pub mod reload;
+pub mod top;
+pub mod usage;
+pub mod watch;
 
 use crate::limiter::Readiness;
 use crate::observe::metrics::Metrics;
@@ -54,7 +66,8 @@ impl ServeHttp for AdminApp {
             let query = head.uri.query().unwrap_or("").as_bytes().to_vec();
             let method = head.method.clone();
             let (status, body) =
-                crate::usage::answer(&state, &method, &query, authorization.as_deref()).await;
+                crate::admin::usage::answer(&state, &method, &query, authorization.as_deref())
+                    .await;
             return text(status, "application/json", body.to_string().into_bytes());
         }
         if session.req_header().uri.path() == "/v1/top" {
@@ -63,10 +76,11 @@ impl ServeHttp for AdminApp {
             let authorization = head.headers.get(http::header::AUTHORIZATION);
             let query = head.uri.query().unwrap_or("").as_bytes();
             let authorization = authorization.map(|v| v.as_bytes());
-            let (status, body) = crate::top::answer(&state, &head.method, query, authorization);
+            let (status, body) =
+                crate::admin::top::answer(&state, &head.method, query, authorization);
             return text(status, "application/json", body.to_string().into_bytes());
         }
-        if crate::consumer_api::handles(session.req_header().uri.path()) {
+        if crate::admin::consumers::handles(session.req_header().uri.path()) {
             return consumers(&self.state, session).await;
         }
         match session.req_header().uri.path() {
@@ -139,9 +153,14 @@ async fn consumers(
         .headers
         .get(http::header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    let (status, answer) =
-        crate::consumer_api::answer(&state, &head.method, head.uri.path(), authorization, &body)
-            .await;
+    let (status, answer) = crate::admin::consumers::answer(
+        &state,
+        &head.method,
+        head.uri.path(),
+        authorization,
+        &body,
+    )
+    .await;
     text(status, "application/json", answer.to_string().into_bytes())
 }
 

@@ -5,9 +5,9 @@
 //! route's limits together; without `route`, every limit's. The admin
 //! token is required as for the usage API.
 
+use crate::admin::usage::{authorize, error, parameter, Answer};
 use crate::observe::top_keys::{TopKey, CAPACITY, SLICE, SLICES};
 use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
-use crate::usage::{authorize, error, parameter, Answer};
 use http::StatusCode;
 use serde_json::json;
 use std::time::Instant;
