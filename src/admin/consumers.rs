@@ -12,13 +12,11 @@
 //! (`server.admin_token_env`), on any listener address: this API hands out
 //! credentials.
 
+use crate::admin::api::{authorize, error, Answer, Guard};
 use crate::config::consumers::valid_id;
 use crate::policy::state::GatewayState;
 use http::{Method, StatusCode};
 use serde_json::json;
-
-/// The consumers API's answer: a status and a JSON body.
-pub type Answer = (StatusCode, serde_json::Value);
 
 /// Whether `path` is the consumers API's.
 pub fn handles(path: &str) -> bool {
@@ -34,7 +32,7 @@ pub async fn answer(
     authorization: Option<&[u8]>,
     body: &[u8],
 ) -> Answer {
-    if let Err(refusal) = authorize(state, authorization) {
+    if let Err(refusal) = authorize(state, authorization, Guard::TokenOnly) {
         return refusal;
     }
     let Some(store) = state.identity.api_keys().and_then(|k| k.redis_store()) else {
@@ -123,29 +121,4 @@ fn plan_of(body: &[u8]) -> Result<Option<String>, Answer> {
         Some(serde_json::Value::String(plan)) if valid_id(plan) => Ok(Some(plan.clone())),
         Some(_) => Err(bad()),
     }
-}
-
-/// The admin token, required whatever the listener's address.
-fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), Answer> {
-    let Some(token) = &state.config.server.admin_token else {
-        let reason = "set server.admin_token_env to manage API keys";
-        return Err(error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            json!({ "reason": reason }),
-        ));
-    };
-    let expected = format!("Bearer {token}");
-    if crate::admin::usage::constant_time_eq(authorization.unwrap_or(b""), expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(error(StatusCode::UNAUTHORIZED, "unauthorized", json!({})))
-    }
-}
-
-fn error(status: StatusCode, what: &str, mut extra: serde_json::Value) -> Answer {
-    if let Some(object) = extra.as_object_mut() {
-        object.insert("error".into(), json!(what));
-    }
-    (status, extra)
 }

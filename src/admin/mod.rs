@@ -2,13 +2,15 @@
 //! listener: `/metrics`, `/healthz`, `/readyz` (docs/operations.md,
 //! "Metrics and health") and the routes to its APIs: the usage API
 //! `/v1/usage` ([`usage`]), the top limited keys `/v1/top` ([`top`]) and the
-//! consumers API `/v1/consumers/…` ([`consumers`]). Also the config's
+//! consumers API `/v1/consumers/…` ([`consumers`]), which share one answer
+//! type, error body and token check ([`api`]). Also the config's
 //! reloads on `SIGHUP` ([`reload`]) and the file watch that triggers them
 //! ([`watch`]).
 //!
 //! The top of the library: may use every layer below (`edge` excepted: the
 //! admin listener is its own Pingora service and shares only the state).
 
+pub mod api;
 pub mod consumers;
 pub mod reload;
 pub mod top;

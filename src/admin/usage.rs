@@ -12,6 +12,7 @@
 //! loopback admin listener (anyone who reaches a public one could otherwise
 //! read or clear any key's count).
 
+use crate::admin::api::{authorize, error, parameter, Answer, Guard};
 use crate::config::LimitConfig;
 use crate::config::{KeyPart, PlanSource};
 use crate::limiter::Decision;
@@ -19,14 +20,11 @@ use crate::policy::keys::build_key;
 use crate::policy::rate_headers::ceil_secs;
 use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
 use crate::policy::{applied_limit, counter_name, limit_check};
-use crate::request::parts::{query_value, PartValue, RequestParts};
+use crate::request::parts::{PartValue, RequestParts};
 use http::StatusCode;
 use serde_json::json;
 use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
-
-/// The usage API's answer: a status and a JSON body.
-pub type Answer = (StatusCode, serde_json::Value);
+use std::net::IpAddr;
 
 /// Answers one usage API request: `method`, the raw query string, the
 /// `Authorization` header's value.
@@ -36,7 +34,7 @@ pub async fn answer(
     query: &[u8],
     authorization: Option<&[u8]>,
 ) -> Answer {
-    if let Err(refusal) = authorize(state, authorization) {
+    if let Err(refusal) = authorize(state, authorization, Guard::LoopbackOpen) {
         return refusal;
     }
     let reset = match *method {
@@ -234,60 +232,6 @@ fn ip_key_text(state: &GatewayState, raw: Option<&[u8]>) -> Result<String, Answe
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad_part", json!({ "part": "ip" })))
 }
 
-/// The query parameter `name`, percent-decoded; given twice with different
-/// values, an error.
-pub(crate) fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>>, Answer> {
-    match query_value(query, name) {
-        PartValue::One(value) => Ok(Some(value)),
-        PartValue::Missing => Ok(None),
-        PartValue::Ambiguous => Err(error(
-            StatusCode::BAD_REQUEST,
-            "ambiguous_parameter",
-            json!({ "parameter": name }),
-        )),
-    }
-}
-
-/// The token check: `Ok` when the request may use the admin API (this
-/// one and `/v1/top`).
-pub(crate) fn authorize(state: &GatewayState, authorization: Option<&[u8]>) -> Result<(), Answer> {
-    match &state.config.server.admin_token {
-        Some(token) => {
-            let expected = format!("Bearer {token}");
-            let given = authorization.unwrap_or(b"");
-            if constant_time_eq(given, expected.as_bytes()) {
-                Ok(())
-            } else {
-                Err(error(StatusCode::UNAUTHORIZED, "unauthorized", json!({})))
-            }
-        }
-        None => {
-            let loopback = state
-                .config
-                .server
-                .admin
-                .parse::<SocketAddr>()
-                .is_ok_and(|a| a.ip().is_loopback());
-            if loopback {
-                Ok(())
-            } else {
-                let reason = "the admin listener is not on loopback: set server.admin_token_env to use the admin API";
-                Err(error(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    json!({ "reason": reason }),
-                ))
-            }
-        }
-    }
-}
-
-/// Compares without stopping at the first difference (the token's bytes
-/// must not leak through timing).
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Percent-encodes everything but unreserved bytes.
 fn encode(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len() * 3);
@@ -299,14 +243,6 @@ fn encode(raw: &[u8]) -> String {
         }
     }
     out
-}
-
-/// An error answer: `extra` with `error` set to `what`.
-pub(crate) fn error(status: StatusCode, what: &str, mut extra: serde_json::Value) -> Answer {
-    if let Some(object) = extra.as_object_mut() {
-        object.insert("error".into(), json!(what));
-    }
-    (status, extra)
 }
 
 fn unavailable(e: &dyn std::fmt::Display) -> Answer {
