@@ -1,48 +1,93 @@
-//! The dependency rules of docs/architecture.md, checked on the source: a
-//! module that imports what it must not know fails this test, naming the line.
+//! The layers of docs/architecture.md, checked from the code's own imports:
+//! every file of `src/` belongs to the folder it sits in (`edge`, `policy`,
+//! …, or a leaf file at the top), and a folder imports only the folders
+//! below it in [`ORDER`]. An import that runs back up fails, naming its
+//! `file:line`. Imports are read as the import-circle test reads them
+//! (`crate::` and `super::` paths, grouped `use` lists expanded, comments
+//! and `#[cfg(test)]` modules left out).
 //!
-//! - `limiter` knows nothing of HTTP, Pingora, the proxy or the metrics (it
-//!   reports through the `RedisObserver` trait it owns);
-//! - `config` knows nothing of Redis, Pingora or the limiter;
-//! - `policy` and `request` decide from the request head alone: no Pingora
-//!   session, no proxy, no per-request context;
-//! - `target` (the canonical request target) and `sync` are pure;
-//! - the rate-limit service matches and decides apart from its listener.
+//! Besides the order, a few outside crates are kept out of layers that must
+//! not know them: the config knows nothing of Redis or Pingora's
+//! connections, and nothing below the edge sees a Pingora session.
 
+mod imports;
+
+use imports::edges;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read source dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
+/// The layers of `src/`, top first: each may import itself and those after
+/// it, never one before it. The crate roots (`lib.rs`, `main.rs`) stand
+/// above all of them.
+const ORDER: &[&str] = &[
+    "admin", "rls", "edge", "policy", "observe", "upstream", "request", "limiter", "config",
+    "sync", "target",
+];
+
+/// The layer of `module` (its first path segment), or `None` for a crate
+/// root (`lib.rs`, and `main.rs` beside it).
+fn layer_of(module: &str) -> Option<&str> {
+    module
+        .split("::")
+        .next()
+        .filter(|first| !first.is_empty() && *first != "main")
+}
+
+/// Every import of the crate at `dir` that runs from a layer to one above
+/// it, and every module in no layer of `order`, as `file:line: why` lines.
+fn violations(dir: &Path, root: &str, order: &[&str]) -> Vec<String> {
+    let rank = |layer: &str| order.iter().position(|l| *l == layer);
+    let mut found = Vec::new();
+    for (module, imports) in edges(dir, root) {
+        let Some(from) = layer_of(&module) else {
+            continue;
+        };
+        let Some(from_rank) = rank(from) else {
+            found.push(format!(
+                "{module}: in no layer (place it in a folder of the layer order)"
+            ));
+            continue;
+        };
+        for (target, at) in imports {
+            let Some(to) = layer_of(&target) else {
+                continue;
+            };
+            if rank(to).is_some_and(|to_rank| to_rank < from_rank) {
+                found.push(format!(
+                    "{at}: {from} imports {to} ({module} → {target}), a layer above it"
+                ));
             }
         }
     }
-    files
+    found
 }
 
-/// The lines of `files` that name any of `forbidden` as code, not in a comment.
-fn offending(files: &[PathBuf], forbidden: &[&str]) -> Vec<String> {
+/// The lines of the files under `dir` that name any of `crates` as code
+/// (not in a comment), as `file:line: text`.
+fn naming(dir: &Path, crates: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(file).expect("read source");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default();
-            let named = |name: &&str| {
-                code.match_indices(*name).any(|(at, _)| {
-                    // A whole path segment: not part of a longer identifier.
-                    !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-                })
-            };
-            if forbidden.iter().any(named) {
-                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder)
+            .expect("read a source folder")
+            .flatten()
+        {
+            let path: PathBuf = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                let names = |name: &&str| {
+                    code.match_indices(*name).any(|(at, _)| {
+                        !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                    })
+                };
+                if crates.iter().any(names) {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
             }
         }
     }
@@ -54,117 +99,79 @@ fn src(part: &str) -> PathBuf {
 }
 
 #[test]
-fn the_limiter_knows_nothing_of_http_pingora_proxy_or_metrics() {
-    let files = sources(&src("limiter"));
-    assert!(files.len() > 5, "no limiter sources found");
-    let forbidden = [
-        "crate::edge::proxy",
-        "crate::observe::metrics",
-        "crate::edge::front_door",
-        "crate::policy::rate_headers",
-        "crate::policy",
-        "crate::edge::context",
-        "crate::request",
-        "crate::observe::access_log",
-        "crate::admin",
-        "pingora",
-        "http::",
-        "prometheus",
-    ];
-    let found = offending(&files, &forbidden);
+fn no_layer_imports_one_above_it() {
+    let found = violations(&src(""), "lib.rs", ORDER);
     assert!(
         found.is_empty(),
-        "the limiter imports what it must not know:\n{}",
+        "imports against the layer order {ORDER:?}:\n{}",
         found.join("\n")
     );
 }
 
 #[test]
-fn the_config_knows_nothing_of_redis_pingora_or_the_limiter() {
-    let files = sources(&src("config"));
-    let forbidden = [
-        "redis::",
-        "pingora",
-        "crate::limiter",
-        "crate::edge::proxy",
-        "crate::policy::state",
-    ];
-    let found = offending(&files, &forbidden);
+fn every_layer_of_the_order_is_a_folder_or_a_leaf_of_src() {
+    for layer in ORDER {
+        assert!(
+            src(layer).is_dir() || src(&format!("{layer}.rs")).is_file(),
+            "{layer} is in the layer order but not in src/"
+        );
+    }
+    let top_files: BTreeSet<String> = std::fs::read_dir(src(""))
+        .expect("read src/")
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(top_files.len() <= 5, "src/ holds {top_files:?}");
+}
+
+#[test]
+fn an_import_that_runs_up_is_found_and_named_by_its_line() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let path = scratch.path().join(name);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod top;\npub mod low;\npub mod stray;\n");
+    write("top/mod.rs", "use crate::low::thing;\n");
+    write("low/mod.rs", "pub mod inner;\n// use crate::top::x;\n");
+    write("low/inner.rs", "fn f() {\n    crate::top::call();\n}\n");
+    write("stray.rs", "");
+    let order = ["top", "low"];
+    let found: BTreeMap<String, String> = violations(scratch.path(), "lib.rs", &order)
+        .into_iter()
+        .map(|line| (line.split(':').next().unwrap_or_default().to_string(), line))
+        .collect();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    let up = found
+        .values()
+        .find(|l| l.contains("low imports top"))
+        .expect("the climb");
+    assert!(up.contains("inner.rs:2:"), "{up}");
+    assert!(found.contains_key("stray"), "{found:#?}");
+}
+
+#[test]
+fn the_config_knows_nothing_of_redis_or_pingora() {
+    let found = naming(&src("config"), &["redis::", "pingora"]);
     assert!(
         found.is_empty(),
-        "the config imports what it must not know:\n{}",
+        "the config reaches for:\n{}",
         found.join("\n")
     );
 }
 
 #[test]
-fn the_canonical_target_is_pure() {
-    let files = vec![src("target.rs")];
-    let forbidden = ["crate::", "pingora", "http::", "redis::", "tokio"];
-    let found = offending(&files, &forbidden);
-    assert!(found.is_empty(), "target.rs imports:\n{}", found.join("\n"));
-}
-
-#[test]
-fn the_policy_step_never_sees_a_session() {
-    let files = vec![
-        src("policy.rs"),
-        src("request.rs"),
-        src("exempt.rs"),
-        src("usage.rs"),
-    ];
-    let forbidden = [
-        "pingora::proxy",
-        "Session",
-        "crate::edge::proxy",
-        "crate::edge::context",
-        "crate::edge::front_door",
-    ];
-    let found = offending(&files, &forbidden);
-    assert!(
-        found.is_empty(),
-        "the policy step reaches into the proxy:\n{}",
-        found.join("\n")
-    );
-}
-
-#[test]
-fn the_lock_helpers_are_pure() {
-    let found = offending(&[src("sync.rs")], &["crate::", "pingora", "tokio"]);
-    assert!(found.is_empty(), "sync.rs imports:\n{}", found.join("\n"));
-}
-
-#[test]
-fn exemptions_match_on_what_they_are_given() {
-    let forbidden = [
-        "crate::limiter",
-        "crate::policy::state",
-        "crate::policy",
-        "pingora",
-        "redis::",
-    ];
-    let found = offending(&[src("exempt.rs")], &forbidden);
-    assert!(found.is_empty(), "exempt.rs imports:\n{}", found.join("\n"));
-}
-
-#[test]
-fn the_rate_limit_service_decides_apart_from_its_transport() {
-    // Which rule and which counter, and the decision: no listener, no
-    // gRPC runtime, no gateway request path.
-    let files = vec![src("rls/matching.rs"), src("rls/decide.rs")];
-    let forbidden = [
-        "pingora",
-        "hyper",
-        "tonic",
-        "crate::edge::proxy",
-        "crate::edge::context",
-        "crate::policy",
-        "crate::edge::front_door",
-    ];
-    let found = offending(&files, &forbidden);
-    assert!(
-        found.is_empty(),
-        "the rate-limit service's decision reaches into its transport:\n{}",
-        found.join("\n")
-    );
+fn nothing_below_the_edge_sees_a_session() {
+    let mut found = Vec::new();
+    for layer in [
+        "policy", "observe", "upstream", "request", "limiter", "config",
+    ] {
+        found.extend(naming(
+            &src(layer),
+            &["pingora::proxy", "ServerSession", "mut Session"],
+        ));
+    }
+    assert!(found.is_empty(), "below the edge:\n{}", found.join("\n"));
 }
