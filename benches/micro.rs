@@ -6,6 +6,9 @@
 //!
 //!   cargo bench --bench micro
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark stops on what it did not expect
+#![allow(missing_docs)] // criterion_group! defines an undocumented public function
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use sluice::config::{Algorithm, KeyPart, PathMatch, RouteAction, RouteConfig};
 use sluice::limiter::local::LocalLimiter;

@@ -1,29 +1,33 @@
 //! sluice: a reverse-proxy API gateway on Pingora with exact, distributed rate
 //! limits kept in Redis. `docs/architecture.md` describes the design, `README.md` the use.
 //!
-//! Dependencies point one way: [`state`] builds what requests need from a
-//! [`config::Config`] ([`route`], [`keys`], [`identity`], [`limiter`],
-//! [`upstream`]); [`policy`] decides what to do with a request (over
-//! [`request`], which reads the head, and [`headers`]); [`proxy`] glues that
-//! to Pingora, [`context`] and [`metrics`]; [`front_door`] bounds what each
-//! client connection may hold; [`reload`] swaps the state on `SIGHUP`.
-//! [`limiter`] knows nothing of HTTP, Pingora or metrics (it reports through
-//! its own observer trait); [`config`] knows nothing of Redis or Pingora
-//! sessions; [`target`] and [`sync`] depend on nothing of sluice's.
-//! `tests/layering.rs` fails when one of these rules is broken.
+//! Each folder is a layer, and a layer imports only the layers below it:
+//! [`admin`] (the admin listener, its APIs, reloads) and [`rls`] (the
+//! rate-limit service) over [`edge`] (everything that touches a Pingora
+//! session) over [`policy`] (the running state and what is decided about a
+//! request, touching no response) over [`observe`] (metrics, logs, traces),
+//! [`upstream`] (pools and health), [`request`] (what is read off a request)
+//! and [`config`] (YAML into a validated `Config`), with [`target`] (the
+//! canonical request target) at the bottom. The decision itself is the
+//! [`limiter`] crate, which knows nothing of HTTP. `tests/layering.rs` fails,
+//! naming the line, when an import runs up this order.
+//!
+//! Lints (`Cargo.toml`'s `[lints]`): every public item is documented, and
+//! nothing outside the tests unwraps, so a request, a config file or Redis
+//! never panics sluice.
 
-// Every public item says what it guarantees, and nothing outside the
-// tests unwraps: a request, a config file or Redis never panics sluice.
-#![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+/// The rate-limit decision (the `sluice-limiter` crate): algorithms, Redis,
+/// the in-process twin and the failure policy, knowing nothing of HTTP.
+pub use sluice_limiter as limiter;
+/// Locks that ignore poisoning (from the limiter crate, which needs them too).
+pub use sluice_limiter::sync;
 
 pub mod admin;
 pub mod config;
 pub mod edge;
-pub mod limiter;
 pub mod observe;
 pub mod policy;
 pub mod request;
 pub mod rls;
-pub mod sync;
 pub mod target;
 pub mod upstream;

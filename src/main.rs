@@ -1,7 +1,5 @@
 //! `sluice` command line: load and validate the config, then start Pingora.
 
-#![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
-
 use arc_swap::ArcSwap;
 use clap::Parser;
 use pingora::proxy::HttpProxy;

@@ -1,5 +1,7 @@
 //! The JSON access log of the real binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

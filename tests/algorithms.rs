@@ -2,6 +2,8 @@
 //! behaviour of the window algorithms, the token bucket's burst and rate,
 //! shadow limits, shared counters, and the IETF draft headers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! or the log; invented keys end in 429 and leave no counter of their own;
 //! the consumers file reloads with the config.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

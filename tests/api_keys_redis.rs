@@ -4,6 +4,8 @@
 //! a miss, a revoked one is refused by both within `cache_ttl`; invented
 //! keys cost Redis at most one lookup each.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

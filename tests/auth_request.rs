@@ -6,6 +6,8 @@
 //! request in as anonymous on a required identity; the cache cuts the calls
 //! to one per credential per `cache_ttl`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! Choosing a server: weights, consistent hashing, with real upstream
 //! servers and the real binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

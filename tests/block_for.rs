@@ -1,6 +1,8 @@
 //! `block_for`: a key a limit denies stays denied for the penalty, on every
 //! instance (the box is held in Redis), even after its window frees.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -14,6 +14,8 @@
 //! default 20) measures the same over many stalls and prints median, p99 and
 //! max, beside the fallbacks of a quiet stretch with no stall.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -6,6 +6,8 @@
 //! clients admitted, the old CA's refused); `optional` serves a client
 //! without a valid certificate as one without a certificate.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -22,6 +22,8 @@
 //! clock, kept by Redis's) never ends a count early: expiry by TTL is the
 //! real-time tests' (`conformance.rs`, `algorithms.rs`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

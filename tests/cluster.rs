@@ -1,5 +1,7 @@
 //! Redis Cluster mode: a real 3-primary cluster on loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! concurrency limits (nginx `limit_conn`, Traefik
 //! `InFlightReq`) across instances, with leases in Redis.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

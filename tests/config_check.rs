@@ -1,5 +1,7 @@
 //! `sluice --check`: bad configs are refused with `PATH:LINE:COLUMN: message`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -13,6 +13,8 @@
 //! and a build, five attempts in a row once did), and only a table that ran
 //! on time says anything about the algorithm.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::RedisServer;

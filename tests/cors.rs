@@ -5,6 +5,8 @@
 //! (headless Chromium) that loads a page from one origin and calls sluice
 //! on another with `fetch()`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! consume) and `cost_from` (the upstream says what a request cost), on
 //! real Redis and two gateway instances.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

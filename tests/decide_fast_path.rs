@@ -6,6 +6,8 @@
 //! one the fast path leaves to the general one). Their lines must be equal,
 //! through admissions, denials, expiry, and keys holding something else.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

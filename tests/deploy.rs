@@ -3,6 +3,8 @@
 //! alert rules pass their unit tests, the dashboard and the systemd unit
 //! refer only to what sluice has.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

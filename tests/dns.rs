@@ -6,6 +6,8 @@
 //! resolver reads on every lookup; the tests need write access to it, as
 //! CI (root) has.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

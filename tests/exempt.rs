@@ -1,6 +1,8 @@
 //! `exempt:` on real Redis: exempt requests consume nothing and are counted
 //! as `decision="exempt"`; only what the gateway can believe exempts.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

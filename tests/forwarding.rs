@@ -2,6 +2,8 @@
 //! (`rewrite`), the `Host` (`upstream_host`), header edits, request IDs and
 //! the request body cap, with a real upstream and the real binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! too many connections. Short configured values; real binary and upstream.
 //! Also WebSocket, the one upgrade that passes, counted once per connection.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! them, as a script (`EVALSHA`) where it does not, and is loaded again when
 //! Redis loses it; the limit is the same on every path.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::{free_port, RedisServer, Sluice, Upstream};

@@ -4,6 +4,8 @@
 //! gRPC metadata, a route matches the method path, and a denied call fails
 //! on the client with RESOURCE_EXHAUSTED and the retry delay.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! answered 429 (or 400) once the limit is used, and the upstream must see
 //! exactly the one request the limit admitted, in canonical form.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

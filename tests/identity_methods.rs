@@ -5,6 +5,8 @@
 //! method that decided is named in the access log and the metrics, and only
 //! an API key makes the upstream's `x-consumer-id`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -15,6 +15,8 @@
 //!   a wrong `iss`, another application's `aud`, expired and not-yet-valid
 //!   tokens are all refused; EC (P-256, P-384) and Ed25519 keys verify.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

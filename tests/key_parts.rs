@@ -2,6 +2,8 @@
 //! spelling of one value counts on one key, and a part a request carries
 //! twice with different values is refused rather than guessed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! what the client was told: refunded when the fallback refused the request,
 //! kept when it admitted it, and a concurrency lease released at once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

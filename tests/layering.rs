@@ -10,6 +10,8 @@
 //! not know them: the config knows nothing of Redis or Pingora's
 //! connections, and nothing below the edge sees a Pingora session.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod imports;
 
 use imports::edges;
@@ -18,10 +20,11 @@ use std::path::{Path, PathBuf};
 
 /// The layers of `src/`, top first: each may import itself and those after
 /// it, never one before it. The crate roots (`lib.rs`, `main.rs`) stand
-/// above all of them.
+/// above all of them; the limiter crate (`crates/limiter`, re-exported as
+/// `limiter` with its `sync`) stands below all of them, which the compiler
+/// keeps: it cannot name the gateway.
 const ORDER: &[&str] = &[
-    "admin", "rls", "edge", "policy", "observe", "upstream", "request", "limiter", "config",
-    "sync", "target",
+    "admin", "rls", "edge", "policy", "observe", "upstream", "request", "config", "target",
 ];
 
 /// The layer of `module` (its first path segment), or `None` for a crate
@@ -165,9 +168,7 @@ fn the_config_knows_nothing_of_redis_or_pingora() {
 #[test]
 fn nothing_below_the_edge_sees_a_session() {
     let mut found = Vec::new();
-    for layer in [
-        "policy", "observe", "upstream", "request", "limiter", "config",
-    ] {
+    for layer in ["policy", "observe", "upstream", "request", "config"] {
         found.extend(naming(
             &src(layer),
             &["pingora::proxy", "ServerSession", "mut Session"],

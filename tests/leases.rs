@@ -4,6 +4,8 @@
 //! costs one call per tick however many leases are held, and the leases of
 //! an instance that dies still end after `lease`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,5 +1,7 @@
 //! The sliding-log limit end to end: real Redis, real upstream, real sluice.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

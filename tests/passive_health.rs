@@ -1,6 +1,8 @@
 //! Passive health: a server that fails is taken out for `fail_timeout` and
 //! comes back after it; when every server is out, all are tried.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! limit a request gets comes from its verified plan claim or its key value,
 //! a reload changes it on the next request, and it stays exact.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! decisions the test made; `promtool` accepts `/metrics` and the shipped
 //! alert rules.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

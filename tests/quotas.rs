@@ -4,6 +4,8 @@
 //! Redis's) and end to end through the binary (a day in a far time zone,
 //! shared by two instances, reported by the usage API).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,5 +1,7 @@
 //! When Redis is down, slow or comes back: `on_error` allow / deny / local.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! way `on_error` says, and the password is never printed. A Redis Cluster
 //! whose nodes and bus speak TLS, reached the same way.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

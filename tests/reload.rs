@@ -2,6 +2,8 @@
 //! limits change under load without a failed request, counters survive, an
 //! invalid file changes nothing, requests in flight finish on their config.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -5,6 +5,8 @@
 //! the time to refill the request's cost; concurrency: Reset within a lease
 //! and Retry-After one second.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! Keys from client IPs and hostile headers, metrics without key values, the
 //! shipped config, signals.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! Retries: a refused connection goes to another server, a 5xx is tried
 //! again for idempotent methods only, and the limits count a request once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

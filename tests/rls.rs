@@ -3,6 +3,8 @@
 //! real Redis servers and the real binary, with rules written in
 //! envoyproxy/ratelimit's format.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::{free_port, metric_value, wait_until, RedisServer, Sluice};

@@ -3,6 +3,8 @@
 //! while the sentinels fail over, decisions come back to Redis on the new
 //! primary within seconds, and a limit is exact there.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

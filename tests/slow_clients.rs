@@ -3,6 +3,8 @@
 //! a probe keeps sending ordinary requests: each must be answered within 1 s
 //! throughout. Prints one line of figures per mode (run with --nocapture).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

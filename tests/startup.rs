@@ -2,6 +2,8 @@
 //! accepts, so the first request is decided by Redis, and `/readyz` is not
 //! ready while the connection is still being made.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

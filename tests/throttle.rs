@@ -5,6 +5,8 @@
 //! window, waits stay within `max_delay`, a client that leaves gives its turn
 //! back, and waiters are bounded per key and per instance.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -7,6 +7,8 @@
 //! finishes one is closed after `client_header_timeout`, and handshakes in
 //! progress count against `max_connections`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! names the key parts by label, shows hashed values hashed, and the API
 //! refuses bad questions and callers without the admin token.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

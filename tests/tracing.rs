@@ -5,6 +5,8 @@
 //! `trace_id`; and, with the collector down, requests unaffected and
 //! the spans counted as dropped.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

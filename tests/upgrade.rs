@@ -2,6 +2,8 @@
 //! `--upgrade` takes the listeners of the running one (`SIGQUIT`) while
 //! requests flow, and none of them fails.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! one that does not answer in time, counted in `sluice_requests_total`,
 //! and no `Server: Pingora` (a `Server` header only when configured).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! the health check speaks TLS too. The HTTPS upstream is a second sluice
 //! with a TLS listener.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

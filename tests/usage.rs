@@ -2,6 +2,8 @@
 //! before and after traffic, never consumes, resets a key, refuses bad
 //! questions with JSON, and guards itself with a token.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

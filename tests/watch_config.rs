@@ -3,6 +3,8 @@
 //! a mounted ConfigMap — exactly as on SIGHUP; a broken edit is refused
 //! once and the running config keeps serving.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
+
 mod common;
 
 use common::*;

@@ -63,6 +63,8 @@
 //! them into `docs/benchmarks.md` between the `<!-- versus:begin -->` /
 //! `<!-- versus:end -->` markers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark stops on what it did not expect
+
 #[path = "../../tests/common/mod.rs"]
 mod common;
 

@@ -1,11 +1,13 @@
 //! Every default of the configuration, in one place. Validation starts from
 //! these values and overrides what the file sets; the reference in
 //! `docs/configuration.md` and the shipped `conf/sluice.yaml` are tested to
-//! spell exactly these (`config/tests.rs`).
+//! spell exactly these (`config/tests.rs`). The limiter's own defaults
+//! (`limiter:`, `limiter.redis:`) are its settings' `Default`s, in the
+//! limiter crate.
 
 use super::{
-    Backend, ClientIpConfig, EscapedSlashes, FrontDoorConfig, HeaderStyle, LimiterConfig, OnError,
-    OnMissing, RedisConfig, ResponseConfig, ServerConfig,
+    ClientIpConfig, EscapedSlashes, FrontDoorConfig, HeaderStyle, OnMissing, ResponseConfig,
+    ServerConfig,
 };
 use std::time::Duration;
 
@@ -57,34 +59,6 @@ impl Default for ClientIpConfig {
         Self {
             trusted_proxies: Vec::new(),
             ipv6_prefix: 64,
-        }
-    }
-}
-
-impl Default for LimiterConfig {
-    fn default() -> Self {
-        Self {
-            backend: Backend::Redis,
-            redis: RedisConfig::default(),
-            on_error: OnError::Local,
-            deny_cache: true,
-            local_max_keys: 1_000_000,
-            local_share: 1.0,
-            max_waiting: 10_000,
-        }
-    }
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379/0".into(),
-            cluster: Vec::new(),
-            timeout: Duration::from_millis(20),
-            connect_timeout: Duration::from_secs(1),
-            key_prefix: "sluice:".into(),
-            tls: Default::default(),
-            sentinel: None,
         }
     }
 }

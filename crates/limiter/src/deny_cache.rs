@@ -43,7 +43,7 @@ struct Denial {
     /// The limit that denied it, as configured when it did.
     limit: u64,
     window: Duration,
-    algorithm: crate::config::Algorithm,
+    algorithm: crate::settings::Algorithm,
 }
 
 impl Denial {
@@ -170,7 +170,7 @@ mod tests {
             limit: 5,
             window: Duration::from_secs(10),
             cost: 1,
-            algorithm: crate::config::Algorithm::SlidingLog,
+            algorithm: crate::settings::Algorithm::SlidingLog,
             shadow: false,
             block: Duration::ZERO,
             deferred: false,
@@ -196,7 +196,7 @@ mod tests {
         cache.remember(&[shadow], &[denied(1000)], t0);
         assert!(cache.lookup(&[check("s")], t0).is_none());
         let leases = LimitCheck {
-            algorithm: crate::config::Algorithm::Concurrency {
+            algorithm: crate::settings::Algorithm::Concurrency {
                 lease: Duration::from_secs(30),
             },
             ..check("c")
@@ -256,7 +256,7 @@ mod tests {
             ..check("k")
         };
         let other = LimitCheck {
-            algorithm: crate::config::Algorithm::FixedWindow,
+            algorithm: crate::settings::Algorithm::FixedWindow,
             ..check("k")
         };
         for changed in [raised, longer, other] {

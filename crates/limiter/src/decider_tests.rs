@@ -3,9 +3,8 @@
 //! readiness, and what a reload keeps.
 
 use super::*;
-use crate::config::Config;
+use crate::settings::RedisConfig;
 use crate::sync::Locked;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
 
@@ -75,25 +74,23 @@ impl Limiter for Fake {
     }
 }
 
-struct Silent;
-
-impl RedisObserver for Silent {
-    fn call_succeeded(&self, _: Duration) {}
-    fn call_failed(&self, _: &LimiterError) {}
-    fn set_up(&self, _: bool) {}
+/// The default settings with `on_error` and the fallback's `share`.
+fn settings(on_error: OnError, share: f64) -> LimiterConfig {
+    LimiterConfig {
+        on_error,
+        local_share: share,
+        ..LimiterConfig::default()
+    }
 }
 
-fn settings(limiter_yaml: &str) -> LimiterConfig {
-    let text = format!("limiter:\n{limiter_yaml}");
-    Config::from_text(Path::new("t.yaml"), &text, |_| None)
-        .expect("limiter config")
-        .limiter
-}
-
-fn decider(limiter_yaml: &str) -> (Decider, Arc<Fake>) {
+fn decider(on_error: OnError, share: f64) -> (Decider, Arc<Fake>) {
     let fake = Arc::new(Fake::default());
     let remote: Arc<dyn Limiter> = fake.clone();
-    let decider = Decider::with_backend(&settings(limiter_yaml), Some(remote), Arc::new(Silent));
+    let decider = Decider::with_backend(
+        &settings(on_error, share),
+        Some(remote),
+        Arc::new(Unobserved),
+    );
     (decider, fake)
 }
 
@@ -123,7 +120,7 @@ fn admitted_of(decider: &Decider, key: &str, limit: u64, n: usize) -> (usize, Ve
 
 #[test]
 fn a_failing_backend_falls_back_to_this_instances_share() {
-    let (decider, fake) = decider("  on_error: local\n  local: { share: 0.5 }\n");
+    let (decider, fake) = decider(OnError::Local, 0.5);
     *fake.failure.locked() = Some(LimiterError::Timeout(Duration::from_millis(20)));
     let (admitted, sources) = admitted_of(&decider, "k", 10, 8);
     assert_eq!(admitted, 5, "half of 10");
@@ -136,7 +133,7 @@ fn a_failing_backend_falls_back_to_this_instances_share() {
 
 #[test]
 fn a_share_never_scales_a_limit_below_one_requests_cost() {
-    let (decider, fake) = decider("  on_error: local\n  local: { share: 0.01 }\n");
+    let (decider, fake) = decider(OnError::Local, 0.01);
     *fake.failure.locked() = Some(LimiterError::Refused("down".into()));
     assert_eq!(admitted_of(&decider, "k", 3, 4).0, 1);
     // Only timeouts may still run late: a refused call is not reported.
@@ -146,10 +143,10 @@ fn a_share_never_scales_a_limit_below_one_requests_cost() {
 #[test]
 fn on_error_allow_and_deny_answer_without_decisions() {
     for (policy, admitted, source) in [
-        ("allow", true, Source::FailOpen),
-        ("deny", false, Source::FailClosed),
+        (OnError::Allow, true, Source::FailOpen),
+        (OnError::Deny, false, Source::FailClosed),
     ] {
-        let (decider, fake) = decider(&format!("  on_error: {policy}\n"));
+        let (decider, fake) = decider(policy, 1.0);
         *fake.failure.locked() = Some(LimiterError::Io("reset".into()));
         let outcome = run(decider.decide(&[check("k", 5)]));
         assert_eq!((outcome.admitted, outcome.source), (admitted, source));
@@ -159,11 +156,15 @@ fn on_error_allow_and_deny_answer_without_decisions() {
 
 #[test]
 fn readiness_fails_only_when_decisions_would_fail_closed() {
-    for (policy, ready_when_down) in [("deny", false), ("allow", true), ("local", true)] {
-        let (decider, fake) = decider(&format!("  on_error: {policy}\n"));
+    for (policy, ready_when_down) in [
+        (OnError::Deny, false),
+        (OnError::Allow, true),
+        (OnError::Local, true),
+    ] {
+        let (decider, fake) = decider(policy, 1.0);
         assert!(decider.is_ready());
         fake.unhealthy.store(true, Ordering::Relaxed);
-        assert_eq!(decider.is_ready(), ready_when_down, "{policy}");
+        assert_eq!(decider.is_ready(), ready_when_down, "{policy:?}");
     }
 }
 
@@ -171,27 +172,31 @@ fn readiness_fails_only_when_decisions_would_fail_closed() {
 /// it failed, ready as `on_error` allows, saying what decides meanwhile.
 #[test]
 fn readiness_waits_for_the_first_connect() {
-    for (policy, ready_when_unreachable) in [("deny", false), ("allow", true), ("local", true)] {
-        let (decider, fake) = decider(&format!("  on_error: {policy}\n"));
+    for (policy, ready_when_unreachable) in [
+        (OnError::Deny, false),
+        (OnError::Allow, true),
+        (OnError::Local, true),
+    ] {
+        let (decider, fake) = decider(policy, 1.0);
         *fake.link.locked() = Some(Link::Starting);
         assert_eq!(
             decider.readiness(),
             Readiness::NotReady("connecting to Redis"),
-            "{policy}"
+            "{policy:?}"
         );
         *fake.link.locked() = Some(Link::Unreachable);
-        assert_eq!(decider.is_ready(), ready_when_unreachable, "{policy}");
+        assert_eq!(decider.is_ready(), ready_when_unreachable, "{policy:?}");
         if ready_when_unreachable {
             assert!(matches!(decider.readiness(), Readiness::Degraded(_)));
         }
         *fake.link.locked() = Some(Link::Connected);
-        assert_eq!(decider.readiness(), Readiness::Ready, "{policy}");
+        assert_eq!(decider.readiness(), Readiness::Ready, "{policy:?}");
     }
 }
 
 #[test]
 fn only_the_backends_own_denials_are_remembered() {
-    let (decider, fake) = decider("  on_error: local\n  local: { share: 0.5 }\n");
+    let (decider, fake) = decider(OnError::Local, 0.5);
     // The fallback denies the third request (share 2 of 4)...
     *fake.failure.locked() = Some(LimiterError::Timeout(Duration::from_millis(20)));
     assert_eq!(admitted_of(&decider, "k", 4, 3).0, 2);
@@ -215,9 +220,9 @@ fn only_the_backends_own_denials_are_remembered() {
 
 #[test]
 fn a_reload_keeps_what_did_not_change() {
-    let (decider, _fake) = decider("  on_error: local\n");
+    let (decider, _fake) = decider(OnError::Local, 1.0);
     let same = decider
-        .reconfigure(&settings("  on_error: allow\n"))
+        .reconfigure(&settings(OnError::Allow, 1.0))
         .expect("reload");
     let (old, new) = (decider.redis.as_ref(), same.redis.as_ref());
     assert!(
@@ -227,7 +232,13 @@ fn a_reload_keeps_what_did_not_change() {
     assert!(Arc::ptr_eq(&decider.local, &same.local));
 
     let moved = decider
-        .reconfigure(&settings("  redis: { url: \"redis://127.0.0.1:1/0\" }\n"))
+        .reconfigure(&LimiterConfig {
+            redis: RedisConfig {
+                url: "redis://127.0.0.1:1/0".into(),
+                ..RedisConfig::default()
+            },
+            ..settings(OnError::Local, 1.0)
+        })
         .expect("reload");
     assert!(!Arc::ptr_eq(
         old.expect("old"),
@@ -235,7 +246,10 @@ fn a_reload_keeps_what_did_not_change() {
     ));
 
     let resized = decider
-        .reconfigure(&settings("  local: { max_keys: 10 }\n"))
+        .reconfigure(&LimiterConfig {
+            local_max_keys: 10,
+            ..settings(OnError::Local, 1.0)
+        })
         .expect("reload");
     assert!(!Arc::ptr_eq(&decider.local, &resized.local));
 }

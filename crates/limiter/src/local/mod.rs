@@ -18,7 +18,7 @@ mod token_bucket;
 
 use super::sharded::ShardedMap;
 use super::{Algorithm, Decision, LimitCheck, Limiter, LimiterError};
-use crate::config::calendar::PeriodBounds;
+use crate::calendar::PeriodBounds;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -1,11 +1,53 @@
-//! Rate-limit decisions, independent of HTTP (docs/algorithms.md; failures: docs/operations.md).
+//! Exact, distributed rate-limit decisions, independent of HTTP: the limiter
+//! of the sluice gateway, usable from any Rust service.
 //!
 //! A [`Limiter`] answers "may these units pass?" for one or more counter keys
 //! at once, all or nothing: if any key denies, no key consumes anything.
-//! [`Decider`] puts a primary limiter (Redis or in-process) together with the
-//! `on_error` policy, so callers get an [`Outcome`] and never a Redis error.
+//! Two kinds exist: Redis (standalone, Sentinel or Cluster; one atomic
+//! script per batch of decisions, with Redis's own clock, so every instance
+//! sharing the Redis shares the limit exactly) and in-process ([`local`],
+//! one twin per algorithm giving the same decisions). [`Decider`] puts the
+//! primary one together with the `on_error` policy (fail open, fail closed,
+//! or fall back to the in-process twin with a share of each limit), a
+//! circuit breaker and a cache of denials, so callers get an [`Outcome`]
+//! within the decision budget and never a Redis error.
+//!
+//! The algorithms ([`Algorithm`]): an exact sliding log, a sliding window of
+//! sub-window counters, fixed windows, a token bucket (GCRA), concurrency
+//! leases, and calendar quotas (day, week, month in a time zone).
+//! [`settings`] holds every setting with the gateway's defaults.
+//!
+//! ```
+//! use sluice_limiter::settings::{Backend, LimiterConfig};
+//! use sluice_limiter::{Algorithm, Decider, LimitCheck, Unobserved};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! // In-process here, so that the example needs no Redis; `Backend::Redis`
+//! // with `redis.url` shares the limit across every process that uses it
+//! // (`cargo run -p sluice-limiter --example redis`).
+//! let settings = LimiterConfig { backend: Backend::Local, ..LimiterConfig::default() };
+//! let decider = Decider::new(&settings, Arc::new(Unobserved)).unwrap();
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//!
+//! // 3 requests a minute for one user, on an exact sliding log.
+//! let check = LimitCheck::plain("api:user:42", 3, Duration::from_secs(60), Algorithm::SlidingLog);
+//! let admitted: Vec<bool> = (0..5)
+//!     .map(|_| runtime.block_on(decider.decide(&[check])).admitted)
+//!     .collect();
+//! assert_eq!(admitted, [true, true, true, false, false]);
+//!
+//! // A denial says when to come back.
+//! let denied = runtime.block_on(decider.decide(&[check]));
+//! assert!(denied.decisions[0].retry_after > Duration::from_secs(59));
+//! ```
+//!
+//! The crate depends on no HTTP, proxy or metrics library: it reports its
+//! Redis calls through [`RedisObserver`], which the caller implements (or
+//! [`Unobserved`]).
 
 pub mod batch_size;
+pub mod calendar;
 pub mod circuit;
 pub mod cluster;
 pub mod deny_cache;
@@ -14,12 +56,14 @@ pub mod leases;
 pub mod local;
 pub mod reconcile;
 pub mod redis;
+pub mod settings;
 pub mod sharded;
+pub mod sync;
 pub mod waiters;
 pub mod wire;
 
-pub use crate::config::Algorithm;
-use crate::config::{Backend, LimiterConfig, OnError};
+pub use crate::settings::Algorithm;
+use crate::settings::{Backend, LimiterConfig, OnError};
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -197,6 +241,16 @@ pub trait RedisObserver: Send + Sync {
     fn call_failed(&self, error: &LimiterError);
     /// Whether Redis is taken to be reachable.
     fn set_up(&self, up: bool);
+}
+
+/// An observer that reports nothing, for callers without metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unobserved;
+
+impl RedisObserver for Unobserved {
+    fn call_succeeded(&self, _: Duration) {}
+    fn call_failed(&self, _: &LimiterError) {}
+    fn set_up(&self, _: bool) {}
 }
 
 /// Where a remote backend's connection stands, for readiness.

@@ -32,7 +32,7 @@ use super::redis::RedisLimiter;
 use super::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
 use super::Lease;
 use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
-use crate::config::RedisTlsConfig;
+use crate::settings::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;

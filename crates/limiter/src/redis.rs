@@ -42,7 +42,7 @@ use super::wire::{
 };
 use super::Lease;
 use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
-use crate::config::{RedisConfig, RedisTlsConfig, SentinelConfig};
+use crate::settings::{RedisConfig, RedisTlsConfig, SentinelConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
 use async_trait::async_trait;

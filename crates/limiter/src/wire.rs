@@ -8,7 +8,7 @@
 use super::circuit::{CircuitBreaker, Transition};
 use super::reconcile::Units;
 use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
-use crate::config::RedisTlsConfig;
+use crate::settings::RedisTlsConfig;
 use std::time::{Duration, Instant};
 
 /// The least a connection waits for a reply before giving up on it (every
@@ -585,7 +585,7 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::circuit::Failure;
+    use crate::circuit::Failure;
 
     #[test]
     fn reply_shapes() {
@@ -618,7 +618,7 @@ mod tests {
             Algorithm::TokenBucket { burst: 1 },
             Algorithm::Concurrency { lease },
             Algorithm::Calendar {
-                period: crate::config::calendar::Period::Day,
+                period: crate::calendar::Period::Day,
                 bounds: Default::default(),
             },
         ] {
@@ -650,7 +650,7 @@ mod tests {
             .expect("clock.lua has `local CLOCK_STEP_BACK_MAX = …`");
         assert_eq!(
             lua.trim().parse::<u64>().ok(),
-            Some(crate::limiter::local::CLOCK_STEP_BACK_MAX_US)
+            Some(crate::local::CLOCK_STEP_BACK_MAX_US)
         );
     }
 
