@@ -27,7 +27,7 @@
 mod common;
 
 use common::*;
-use sluice::limiter::wire::{take_args, DECIDE_SCRIPT, PACKED_LOG_MAX};
+use sluice::limiter::redis::wire::{take_args, DECIDE_SCRIPT, PACKED_LOG_MAX};
 use sluice::limiter::{Algorithm, LimitCheck};
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use sluice::limiter::wire::{push_batch, take_args};
+use sluice::limiter::redis::wire::{push_batch, take_args};
 use sluice::limiter::{Algorithm, LimitCheck};
 use std::time::Duration;
 

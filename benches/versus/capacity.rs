@@ -11,7 +11,7 @@
 //!
 //! - sluice, each algorithm: one `FCALL` of the decide code per batch of
 //!   [`BATCH`] decisions, its arguments built by the gateway's own encoder
-//!   ([`sluice::limiter::wire::take_args`], [`sluice::limiter::wire::push_batch`]);
+//!   ([`sluice::limiter::redis::wire::take_args`], [`sluice::limiter::redis::wire::push_batch`]);
 //! - the seed's script (`seed_limit.lua`: `ZREMRANGEBYSCORE`, `ZCARD`,
 //!   `ZADD`, `EXPIRE`), one `EVALSHA` per decision, pipelined [`BATCH`]
 //!   deep — what a user of Kong's or APISIX's Redis limits, or of sluice's
@@ -37,7 +37,7 @@ use crate::process::{
     clock_ticks_per_second, command_line, cpu_model, cpu_ticks, online_cpus, pin, unpin_self,
 };
 use crate::report::{median, range};
-use sluice::limiter::wire::{push_batch, take_args};
+use sluice::limiter::redis::wire::{push_batch, take_args};
 use sluice::limiter::Algorithm;
 use sluice::limiter::LimitCheck;
 use std::fmt::Write as _;
@@ -433,13 +433,13 @@ fn memory_table(redis: &RedisServer, code: &Code) -> String {
     let mut out = format!(
         "**Memory per logged admission** (`sliding_log`, `MEMORY USAGE` summed over 10,000 keys (1,000 at 1,000 entries), each built by single-unit decisions, divided by the units logged):\n\n\
          | entries a key | packed string (limits up to {max}) | sorted set (larger limits) |\n|---|---|---|\n",
-        max = sluice::limiter::wire::PACKED_LOG_MAX,
+        max = sluice::limiter::redis::wire::PACKED_LOG_MAX,
     );
     let mut conn = redis.connection();
     for entries in [10u64, 100, 1000] {
-        let packed = (entries <= sluice::limiter::wire::PACKED_LOG_MAX)
+        let packed = (entries <= sluice::limiter::redis::wire::PACKED_LOG_MAX)
             .then(|| bytes_per_entry(&mut conn, code, "packed", entries, entries));
-        let large = sluice::limiter::wire::PACKED_LOG_MAX + 1;
+        let large = sluice::limiter::redis::wire::PACKED_LOG_MAX + 1;
         let sorted = bytes_per_entry(&mut conn, code, "sorted", entries, entries.max(large));
         let _ = writeln!(
             out,

@@ -70,7 +70,7 @@ pub fn start_all(before: Option<&Path>) -> Bench {
             .query(&mut redis.connection())
             .expect("SCRIPT LOAD")
     };
-    let decide_sha = load(sluice::limiter::wire::DECIDE_SCRIPT);
+    let decide_sha = load(sluice::limiter::redis::wire::DECIDE_SCRIPT);
     let seed_sha = load(include_str!("seed_limit.lua"));
     let (upstream, upstream_port) = crate::upstream::spawn(dir.path());
 

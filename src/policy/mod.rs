@@ -36,8 +36,8 @@ use crate::config::consumers::KeySource;
 use crate::config::{
     Algorithm, Backend, EscapedSlashes, KeyPart, LimitConfig, OnMissing, PlanSource,
 };
-use crate::limiter::batch_size;
 use crate::limiter::leases::LeaseHold;
+use crate::limiter::redis::batch_size;
 use crate::limiter::waiters::WaitPermit;
 use crate::limiter::{Decision, LimitCheck, Outcome, Source};
 use crate::observe::metrics::DecisionLabel;

@@ -198,7 +198,7 @@ impl RedisServer {
     /// loads; returns the function's name (for `FCALL`).
     #[allow(dead_code)]
     pub fn load_decide_function(&self) -> String {
-        use sluice::limiter::wire::{function_library, DECIDE_SCRIPT};
+        use sluice::limiter::redis::wire::{function_library, DECIDE_SCRIPT};
         let mut conn = self.connection();
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")

@@ -5,6 +5,8 @@
 use super::*;
 use crate::settings::RedisConfig;
 use crate::sync::Locked;
+use crate::Unobserved;
+use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
 

@@ -31,20 +31,20 @@
 //! none fails because another member of its batch ran out of budget, and the
 //! timers cost one per distinct deadline wave instead of one per request.
 
-use super::batch_size;
-use super::circuit::{CircuitBreaker, Permit};
-use super::lazy::LazyConnection;
-use super::leases::MAX_RENEWALS;
-use super::reconcile::{FallbackLedger, Refund};
-use super::wire::{
+use crate::leases::MAX_RENEWALS;
+use crate::redis::batch_size;
+use crate::redis::circuit::{CircuitBreaker, Permit};
+use crate::redis::lazy::LazyConnection;
+use crate::redis::reconcile::{FallbackLedger, Refund};
+use crate::redis::wire::{
     self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
     DECIDE_SCRIPT, RESPONSE_TIMEOUT,
 };
-use super::Lease;
-use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use crate::settings::{RedisConfig, RedisTlsConfig, SentinelConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
+use crate::Lease;
+use crate::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;

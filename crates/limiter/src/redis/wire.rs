@@ -5,10 +5,10 @@
 //! batching on top (`redis.rs`), the cluster backend slots and refunds
 //! (`cluster.rs`).
 
-use super::circuit::{CircuitBreaker, Transition};
-use super::reconcile::Units;
-use super::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
+use crate::redis::circuit::{CircuitBreaker, Transition};
+use crate::redis::reconcile::Units;
 use crate::settings::RedisTlsConfig;
+use crate::{Algorithm, Decision, LimitCheck, LimiterError, RedisObserver};
 use std::time::{Duration, Instant};
 
 /// The least a connection waits for a reply before giving up on it (every
@@ -585,7 +585,7 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::circuit::Failure;
+    use crate::redis::circuit::Failure;
 
     #[test]
     fn reply_shapes() {

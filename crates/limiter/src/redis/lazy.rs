@@ -47,13 +47,13 @@ impl<C: Clone> LazyConnection<C> {
 
     /// Where the slot stands: connected, the first connect still running,
     /// or not connected after an attempt.
-    pub(super) fn link(&self) -> super::Link {
+    pub(super) fn link(&self) -> crate::Link {
         if self.current().is_some() {
-            super::Link::Connected
+            crate::Link::Connected
         } else if self.attempted() {
-            super::Link::Unreachable
+            crate::Link::Unreachable
         } else {
-            super::Link::Starting
+            crate::Link::Starting
         }
     }
 

@@ -26,14 +26,14 @@
 //! `on_error` while the other shards keep exact limiting. The slot map is
 //! reloaded whenever a node fails (at most once a second).
 
-use super::circuit::{CircuitBreaker, Permit};
-use super::lazy::LazyConnection;
-use super::redis::RedisLimiter;
-use super::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
-use super::Lease;
-use super::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
+use crate::redis::circuit::{CircuitBreaker, Permit};
+use crate::redis::lazy::LazyConnection;
+use crate::redis::standalone::RedisLimiter;
+use crate::redis::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
 use crate::settings::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};
+use crate::Lease;
+use crate::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use async_trait::async_trait;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -428,7 +428,7 @@ struct Taken {
     limit: u64,
     window: Duration,
     cost: u64,
-    algorithm: super::Algorithm,
+    algorithm: crate::Algorithm,
     shadow: bool,
     block: Duration,
     deferred: bool,

@@ -1,7 +1,7 @@
 //! The size of the backend batch a request's decision went in, for its
 //! trace: how many decisions the Redis client sent in the same round trip
 //! as this one. Carried out of the limiter beside its answer (not through
-//! [`super::Limiter`]'s return), and only while someone asks for it.
+//! [`crate::Limiter`]'s return), and only while someone asks for it.
 
 use std::cell::Cell;
 use std::future::Future;

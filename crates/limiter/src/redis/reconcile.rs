@@ -21,7 +21,7 @@
 //! that may never have been taken, so counters keep the stricter rule and
 //! are refunded only from a reply that was seen.
 //!
-//! The [`Decider`](super::Decider) writes each timed-out decision's verdict
+//! The [`Decider`](crate::Decider) writes each timed-out decision's verdict
 //! into the [`FallbackLedger`]; the Redis backend reads it when a late reply
 //! arrives and sends the refund.
 

@@ -1,0 +1,17 @@
+//! The Redis backends: a standalone Redis or one named by Sentinel
+//! ([`standalone`]) and a Redis Cluster ([`cluster`]), both deciding through
+//! the same script with the same codec, error table and deadlines ([`wire`]);
+//! the circuit breaker each Redis (or each cluster primary) has
+//! ([`circuit`]); refunds for decisions a late reply contradicts
+//! ([`reconcile`]); the connection made once in the background; and the
+//! size of the batch a decision went in, for its trace ([`batch_size`]).
+
+pub mod batch_size;
+pub mod circuit;
+pub mod cluster;
+mod lazy;
+pub mod reconcile;
+pub mod standalone;
+pub mod wire;
+
+pub use standalone::RedisLimiter;
