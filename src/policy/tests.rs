@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::config::Config;
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::{DecisionLabel, Metrics};
+use crate::policy::rejection::ErrorBody;
 use std::net::Ipv4Addr;
 use std::path::Path;
 
