@@ -44,6 +44,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_micros(micros))
 }
 
+/// Formats a duration the way the file writes it (`250ms`, `10s`, `1m`, `1h`).
+pub fn format_duration(d: Duration) -> String {
+    let us = d.as_micros();
+    for (unit, size) in [
+        ("d", 86_400_000_000u128),
+        ("h", 3_600_000_000),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+    ] {
+        if us >= size && us.is_multiple_of(size) {
+            return format!("{}{unit}", us / size);
+        }
+    }
+    format!("{us}us")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

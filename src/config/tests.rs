@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 fn load(text: &str) -> Result<Config, ConfigError> {
     Config::from_text(Path::new("test.yaml"), text, |name| match name {
