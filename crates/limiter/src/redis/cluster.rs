@@ -27,9 +27,10 @@
 //! reloaded whenever a node fails (at most once a second).
 
 use crate::redis::circuit::{CircuitBreaker, Permit};
+use crate::redis::client;
 use crate::redis::lazy::LazyConnection;
 use crate::redis::standalone::RedisLimiter;
-use crate::redis::wire::{self, parse_reply, push_args, Mode, DECIDE_SCRIPT};
+use crate::redis::wire::{parse_reply, push_args, Mode, DECIDE_SCRIPT};
 use crate::settings::RedisTlsConfig;
 use crate::sync::{Locked, ReadWriteLocked};
 use crate::Lease;
@@ -105,13 +106,13 @@ impl ClusterLimiter {
             .as_str()
             .into_connection_info()
             .map_err(|e| LimiterError::Server(format!("invalid Redis Cluster node: {e}")))?;
-        wire::ensure_tls_provider();
+        client::ensure_tls_provider();
         let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(connect_timeout)
             .response_timeout(budget.max(Duration::from_millis(100)))
             .retries(1)
-            .tcp_settings(wire::no_delay());
-        if let Some(certificates) = wire::tls_certificates(tls) {
+            .tcp_settings(client::no_delay());
+        if let Some(certificates) = client::tls_certificates(tls) {
             builder = builder.certs(certificates);
         }
         let client = builder
@@ -220,7 +221,7 @@ impl ClusterLimiter {
                     Some(conn)
                 }
                 Ok(Err(e)) => {
-                    wire::connect_failed("(cluster)", &e);
+                    client::connect_failed("(cluster)", &e);
                     None
                 }
                 Err(_) => {
@@ -268,9 +269,9 @@ impl ClusterLimiter {
     fn circuit(&self, node: &str) -> Arc<CircuitBreaker> {
         let mut circuits = self.circuits.locked();
         Arc::clone(
-            circuits
-                .entry(node.to_string())
-                .or_insert_with(|| Arc::new(wire::circuit_for(self.budget, self.connect_timeout))),
+            circuits.entry(node.to_string()).or_insert_with(|| {
+                Arc::new(client::circuit_for(self.budget, self.connect_timeout))
+            }),
         )
     }
 
@@ -279,7 +280,7 @@ impl ClusterLimiter {
     fn record_failure(&self, node: &str, error: &LimiterError) {
         let circuit = self.circuit(node);
         let started = Instant::now();
-        if wire::record_failure(&*self.observer, &circuit, error, started, node) {
+        if client::record_failure(&*self.observer, &circuit, error, started, node) {
             self.reload_slots_soon();
         }
     }
@@ -305,7 +306,7 @@ impl ClusterLimiter {
         .await
         {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(wire::classify(&e, self.budget)),
+            Ok(Err(e)) => Err(client::classify(&e, self.budget)),
             Err(_) => Err(LimiterError::Timeout(self.budget)),
         }
     }
@@ -375,7 +376,7 @@ impl ClusterLimiter {
                 .and_then(|value| parse_reply(value, 1));
             match reply {
                 Ok((mut one, now)) => {
-                    wire::circuit_success(&self.circuit(node), node);
+                    client::circuit_success(&self.circuit(node), node);
                     let decision = one.remove(0);
                     if decision.allowed {
                         taken.push(Taken {
@@ -609,8 +610,8 @@ impl Limiter for ClusterLimiter {
         timeout: Duration,
     ) -> Result<redis::Value, LimiterError> {
         let mut conn = self.connection().await?;
-        let classify = |e: redis::RedisError| wire::classify(&e, self.budget);
-        wire::query_within(&mut conn, &cmd, timeout, classify).await
+        let classify = |e: redis::RedisError| client::classify(&e, self.budget);
+        client::query_within(&mut conn, &cmd, timeout, classify).await
     }
 
     /// Healthy unless every known primary's circuit is open.

@@ -1,6 +1,7 @@
 //! The Redis backends: a standalone Redis or one named by Sentinel
 //! ([`standalone`]) and a Redis Cluster ([`cluster`]), both deciding through
-//! the same script with the same codec, error table and deadlines ([`wire`]);
+//! the same script and codec ([`wire`]) and reaching Redis the same way
+//! (the client, its error table and deadlines: `client.rs`);
 //! the circuit breaker each Redis (or each cluster primary) has
 //! ([`circuit`]); refunds for decisions a late reply contradicts
 //! ([`reconcile`]); the connection made once in the background; and the
@@ -8,6 +9,7 @@
 
 pub mod batch_size;
 pub mod circuit;
+mod client;
 pub mod cluster;
 mod lazy;
 pub mod reconcile;

@@ -31,23 +31,27 @@
 //! none fails because another member of its batch ran out of budget, and the
 //! timers cost one per distinct deadline wave instead of one per request.
 
+mod batch;
+mod sentinel;
+
 use crate::leases::MAX_RENEWALS;
 use crate::redis::batch_size;
 use crate::redis::circuit::{CircuitBreaker, Permit};
+use crate::redis::client;
+use crate::redis::client::RESPONSE_TIMEOUT;
 use crate::redis::lazy::LazyConnection;
-use crate::redis::reconcile::{FallbackLedger, Refund};
-use crate::redis::wire::{
-    self, decode_reply, is_noscript, parse_batch_line, push_args, refund_units, CallForm, Mode,
-    DECIDE_SCRIPT, RESPONSE_TIMEOUT,
-};
-use crate::settings::{RedisConfig, RedisTlsConfig, SentinelConfig};
+use crate::redis::reconcile::FallbackLedger;
+use crate::redis::wire::{self, decode_reply, push_args, CallForm, Mode, DECIDE_SCRIPT};
+use crate::settings::{RedisConfig, RedisTlsConfig};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
 use crate::Lease;
 use crate::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use async_trait::async_trait;
+use batch::{Queue, Queued};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
+use sentinel::sentinel_client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,114 +126,6 @@ pub struct Shared {
     ledger: FallbackLedger,
 }
 
-/// Decisions waiting to be sent, and whether a flush loop is running.
-#[derive(Default)]
-struct Queue {
-    pending: Vec<Queued>,
-    flushing: bool,
-}
-
-/// One decision waiting for the next flush: its keys and its own arguments
-/// of the decide script.
-struct Queued {
-    keys: Vec<String>,
-    args: Vec<Vec<u8>>,
-    /// When its budget runs out.
-    deadline: Instant,
-    /// Taken when it is answered (by its reply, or at its deadline).
-    reply: Option<oneshot::Sender<Answer>>,
-    /// The decisions sent in the same round trip (0 until it is sent).
-    batch: usize,
-}
-
-/// A decision's reply, and the size of the batch it went in (0: never sent).
-type Answer = (Result<Vec<i64>, LimiterError>, usize);
-
-impl Queued {
-    /// Answers the decision, unless it already was.
-    fn answer(&mut self, result: Result<Vec<i64>, LimiterError>) {
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send((result, self.batch));
-        }
-    }
-}
-
-/// A sentinel client for `sentinel`'s master, connecting to the primary it
-/// names with `info`'s user, password, database and scheme, and over
-/// `rediss://` with `tls`'s CA and client certificate; the sentinels over
-/// TLS too with `sentinel.tls`. The sentinels' own password is passed as it
-/// is written (no URL to escape it for).
-fn sentinel_client(
-    sentinel: &SentinelConfig,
-    info: &redis::ConnectionInfo,
-    tls: &RedisTlsConfig,
-) -> Result<redis::sentinel::SentinelClient, LimiterError> {
-    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-    wire::ensure_tls_provider();
-    let invalid = |e: &dyn std::fmt::Display| {
-        LimiterError::Server(format!("invalid Redis Sentinel settings: {e}"))
-    };
-    let nodes = sentinel
-        .nodes
-        .iter()
-        .map(|node| {
-            let (host, port) = node
-                .rsplit_once(':')
-                .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
-                .ok_or_else(|| invalid(&format!("{node} is not host:port")))?;
-            let host = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            Ok(if sentinel.tls {
-                redis::ConnectionAddr::TcpTls {
-                    host,
-                    port,
-                    insecure: false,
-                    tls_params: None,
-                }
-            } else {
-                redis::ConnectionAddr::Tcp(host, port)
-            })
-        })
-        .collect::<Result<Vec<_>, LimiterError>>()?;
-    let primary = info.redis_settings();
-    let certificates = wire::tls_certificates(tls);
-    let mut builder =
-        SentinelClientBuilder::new(nodes, sentinel.master.as_str(), SentinelServerType::Master)
-            .map_err(|e| invalid(&e))?
-            .set_client_to_sentinel_tcp_settings(wire::no_delay())
-            .set_client_to_redis_tcp_settings(wire::no_delay())
-            .set_client_to_redis_db(primary.db())
-            .set_client_to_redis_protocol(primary.protocol());
-    if let Some(password) = &sentinel.password {
-        builder = builder.set_client_to_sentinel_password(password);
-    }
-    if sentinel.tls {
-        builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
-        if let Some(certificates) = certificates.clone() {
-            builder = builder.set_client_to_sentinel_certificates(certificates);
-        }
-    }
-    if let Some(username) = primary.username() {
-        builder = builder.set_client_to_redis_username(username);
-    }
-    if let Some(password) = primary.password() {
-        builder = builder.set_client_to_redis_password(password);
-    }
-    if let redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
-        builder = builder.set_client_to_redis_tls_mode(if *insecure {
-            redis::TlsMode::Insecure
-        } else {
-            redis::TlsMode::Secure
-        });
-        if let Some(certificates) = certificates {
-            builder = builder.set_client_to_redis_certificates(certificates);
-        }
-    }
-    builder.build().map_err(|e| invalid(&e))
-}
-
 impl RedisLimiter {
     /// Prepares a client for `config.url`, or for the primary the sentinels
     /// name; connects nothing yet.
@@ -253,8 +149,11 @@ impl RedisLimiter {
                 format!("(primary of sentinel master {})", sentinel.master),
             ),
             None => {
-                let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), &config.tls)
-                    .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
+                let client =
+                    client::client_for(info.set_tcp_settings(client::no_delay()), &config.tls)
+                        .map_err(|e| {
+                            LimiterError::Server(format!("invalid Redis settings: {e}"))
+                        })?;
                 (Target::Direct(client), "at the configured URL".into())
             }
         };
@@ -278,7 +177,7 @@ impl RedisLimiter {
         observer: Arc<dyn RedisObserver>,
     ) -> Result<Self, LimiterError> {
         let keys = KeyPassing::AsArguments;
-        let client = wire::client_for(info.set_tcp_settings(wire::no_delay()), tls)
+        let client = client::client_for(info.set_tcp_settings(client::no_delay()), tls)
             .map_err(|e| LimiterError::Server(format!("invalid Redis settings: {e}")))?;
         Ok(Self::at(
             Target::Direct(client),
@@ -309,7 +208,7 @@ impl RedisLimiter {
             script,
             connection: LazyConnection::new(),
             connect_refused: AtomicBool::new(false),
-            circuit: wire::circuit_for(budget, connect_timeout),
+            circuit: client::circuit_for(budget, connect_timeout),
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
@@ -370,7 +269,7 @@ impl RedisLimiter {
             Ok(Err(e)) => {
                 self.connect_refused
                     .store(e.is_connection_refusal(), Ordering::Relaxed);
-                wire::connect_failed(&self.place, &e);
+                client::connect_failed(&self.place, &e);
                 None
             }
             Err(_) => {
@@ -488,317 +387,6 @@ impl RedisLimiter {
         Ok((conn, deadline.max(Instant::now() + self.budget)))
     }
 
-    /// Sends queued decisions, one pipeline at a time, until the queue is empty.
-    async fn flush_loop(self, mut conn: MultiplexedConnection) {
-        loop {
-            let batch = {
-                let mut queue = self.queue.locked();
-                if queue.pending.is_empty() {
-                    queue.flushing = false;
-                    return;
-                }
-                std::mem::take(&mut queue.pending)
-            };
-            if let Some(current) = self.current() {
-                conn = current;
-            }
-            self.send_batch(&mut conn, batch).await;
-        }
-    }
-
-    /// Sends one batch (one script call per [`MAX_BATCH`] decisions, in one
-    /// pipeline) and hands out the replies.
-    async fn send_batch(&self, conn: &mut MultiplexedConnection, batch: Vec<Queued>) {
-        // Decisions out of budget are answered now and never sent: they must
-        // not consume quota after their client was answered by on_error.
-        let now = Instant::now();
-        let (late, live): (Vec<Queued>, Vec<Queued>) =
-            batch.into_iter().partition(|queued| queued.deadline <= now);
-        for mut queued in late {
-            queued.answer(Err(LimiterError::Timeout(self.budget)));
-        }
-        let mut batch: Vec<Queued> = live
-            .into_iter()
-            .filter(|queued| queued.reply.as_ref().is_some_and(|r| !r.is_closed()))
-            .collect();
-        // The call may run until its last decision's deadline; each decision
-        // is answered by its own (see run_answering_expired).
-        let Some(deadline) = batch.iter().map(|q| q.deadline).max() else {
-            return;
-        };
-        let size = batch.len();
-        for queued in &mut batch {
-            queued.batch = size;
-        }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        let mut chunks = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
-        while !batch.is_empty() {
-            let rest = batch.split_off(batch.len().min(MAX_BATCH));
-            pipe.add_command(self.batch_command(&batch));
-            chunks.push(std::mem::replace(&mut batch, rest));
-        }
-        let call = {
-            let (mut conn, pipe) = (conn.clone(), pipe.clone());
-            Box::pin(async move {
-                pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn)
-                    .await
-            })
-        };
-        let answered = self.answer_expired_while(call, conn, deadline, &mut chunks);
-        let Some(results) = answered.await else {
-            return;
-        };
-        let results = self.rerun_lost(conn, &pipe, results, deadline).await;
-        match results {
-            Ok(values) => {
-                for (chunk, value) in chunks.into_iter().zip(values) {
-                    self.hand_out(chunk, value, conn);
-                }
-            }
-            Err(e) => {
-                for mut queued in chunks.into_iter().flatten() {
-                    queued.answer(Err(e.clone()));
-                }
-            }
-        }
-    }
-
-    /// NOSCRIPT: Redis lost the script (restart, SCRIPT FLUSH). Loads it
-    /// once and runs again only the calls of `pipe` that did not execute.
-    async fn rerun_lost(
-        &self,
-        conn: &mut MultiplexedConnection,
-        pipe: &redis::Pipeline,
-        results: Result<Vec<redis::RedisResult<redis::Value>>, LimiterError>,
-        deadline: Instant,
-    ) -> Result<Vec<redis::RedisResult<redis::Value>>, LimiterError> {
-        let lost: Vec<usize> = match &results {
-            Ok(values) => values
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| is_noscript(v))
-                .map(|(i, _)| i)
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        if lost.is_empty() {
-            return results;
-        }
-        log::info!("Redis has no sluice script (restarted?): loading it");
-        let mut retry = redis::pipe();
-        retry.ignore_errors();
-        let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
-        for &i in &lost {
-            retry.add_command(commands[i].clone());
-        }
-        let load = tokio::time::timeout_at(deadline.into(), self.reload_code(conn));
-        let reloaded = match load.await {
-            Ok(Ok(())) => self.run(conn, &retry, deadline).await,
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(LimiterError::Timeout(self.budget)),
-        };
-        match (results, reloaded) {
-            (Ok(mut values), Ok(again)) => {
-                for (&i, value) in lost.iter().zip(again) {
-                    values[i] = value;
-                }
-                Ok(values)
-            }
-            (_, Err(e)) | (Err(e), _) => Err(e),
-        }
-    }
-
-    /// Waits for `call` until `deadline` (the latest of its decisions'),
-    /// answering each decision whose own deadline passes first with a
-    /// timeout: no decision waits past its budget, and none fails because
-    /// another member of its batch ran out of budget. Once every decision
-    /// has been answered, the call is left to finish in the background
-    /// (bounded by the connection's response timeout) so that what Redis
-    /// admits late is reconciled, with or without a reply (see `reconcile`);
-    /// then `None`.
-    async fn answer_expired_while(
-        &self,
-        mut call: PendingCall,
-        conn: &MultiplexedConnection,
-        deadline: Instant,
-        chunks: &mut Vec<Vec<Queued>>,
-    ) -> Option<Result<Vec<redis::RedisResult<redis::Value>>, LimiterError>> {
-        loop {
-            let next = chunks
-                .iter()
-                .flatten()
-                .filter(|q| q.reply.is_some())
-                .map(|q| q.deadline)
-                .min();
-            let Some(next) = next else {
-                let (this, conn) = (self.clone(), conn.clone());
-                let chunks = std::mem::take(chunks);
-                tokio::spawn(async move {
-                    match call.await {
-                        Ok(values) => {
-                            for (chunk, value) in chunks.into_iter().zip(values) {
-                                this.hand_out(chunk, value, &conn);
-                            }
-                        }
-                        Err(_) => {
-                            for queued in chunks.iter().flatten() {
-                                this.reconcile(queued, None, &conn);
-                            }
-                        }
-                    }
-                });
-                return None;
-            };
-            tokio::select! {
-                biased;
-                result = &mut call => return Some(result.map_err(|e| self.classify(e))),
-                _ = tokio::time::sleep_until(next.min(deadline).into()) => {
-                    let now = Instant::now();
-                    for queued in chunks.iter_mut().flatten().filter(|q| q.deadline <= now) {
-                        queued.answer(Err(LimiterError::Timeout(self.budget)));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Gives back, on `conn`, what Redis admitted late for a decision
-    /// already answered by `on_error`: `late` is Redis's clock when it ran
-    /// it, from its reply, or `None` when no reply came and whether it ran
-    /// is unknown (then only what is harmless to give back twice; see
-    /// `reconcile.rs`). Sent on the connection the decision went on, so that
-    /// Redis runs the refund after the late decision.
-    fn reconcile(&self, queued: &Queued, late: Option<i64>, conn: &MultiplexedConnection) {
-        let member = queued
-            .args
-            .first()
-            .map(|m| String::from_utf8_lossy(m).into_owned());
-        let Some(member) = member else {
-            return;
-        };
-        let refund = Refund::for_verdict(self.ledger.take(&member));
-        let mut keys = Vec::new();
-        let mut limits = Vec::new();
-        for (i, key) in queued.keys.iter().enumerate() {
-            let Some(limit) = queued.args.get(3 + 6 * i..9 + 6 * i) else {
-                return;
-            };
-            if refund.gives_back(refund_units(limit), late.is_some()) {
-                keys.push(key.as_str());
-                limits.push(limit);
-            }
-        }
-        if keys.is_empty() {
-            return;
-        }
-        log::debug!("Redis ran (or may have run) a timed-out decision late: refunding ({refund:?}) for {member}");
-        let mut command = self.call_with_keys(&keys);
-        command
-            .arg(member.as_str())
-            .arg("refund")
-            .arg(late.unwrap_or(0));
-        for limit in limits {
-            for arg in limit {
-                command.arg(arg.as_slice());
-            }
-        }
-        let mut conn = conn.clone();
-        tokio::spawn(async move {
-            if let Err(e) = command.query_async::<redis::Value>(&mut conn).await {
-                log::debug!("refund of a late admission failed (leases expire by themselves): {e}");
-            }
-        });
-    }
-
-    /// A call of the decide code on `keys`; its arguments follow.
-    fn call_with_keys(&self, keys: &[&str]) -> redis::Cmd {
-        let form = self.call_form.read_locked();
-        match self.keys {
-            KeyPassing::Declared => {
-                let mut command = form.command(keys.len());
-                command.arg(keys);
-                command
-            }
-            KeyPassing::AsArguments => {
-                let mut command = form.command(0);
-                command.arg("@").arg(keys.len()).arg(keys);
-                command
-            }
-        }
-    }
-
-    /// The decide code's renewal of `leases` (see `lua/decide.lua`).
-    fn renewal_command(&self, leases: &[Lease]) -> redis::Cmd {
-        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
-        let mut command = self.call_with_keys(&keys);
-        command.arg("~");
-        for lease in leases {
-            command
-                .arg(lease.member.as_str())
-                .arg(lease.lease.as_micros() as u64)
-                .arg(lease.cost);
-        }
-        command
-    }
-
-    /// The decide call in batch mode for `chunk`.
-    fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
-        let keys: Vec<&str> = chunk
-            .iter()
-            .flat_map(|q| q.keys.iter().map(String::as_str))
-            .collect();
-        let mut command = self.call_with_keys(&keys);
-        let decisions = chunk.iter().map(|q| (q.keys.len(), q.args.as_slice()));
-        wire::push_batch(&mut command, decisions);
-        command
-    }
-
-    /// Gives each decision of `chunk` its own reply (or error) from the
-    /// batch call's reply: one line per decision.
-    fn hand_out(
-        &self,
-        chunk: Vec<Queued>,
-        value: redis::RedisResult<redis::Value>,
-        conn: &MultiplexedConnection,
-    ) {
-        let text = match value {
-            Ok(redis::Value::BulkString(text)) => text,
-            Ok(other) => {
-                let error = LimiterError::Server(format!("unexpected batch reply: {other:?}"));
-                for mut queued in chunk {
-                    queued.answer(Err(error.clone()));
-                }
-                return;
-            }
-            Err(e) => {
-                let error = self.classify(e);
-                for mut queued in chunk {
-                    queued.answer(Err(error.clone()));
-                }
-                return;
-            }
-        };
-        let mut lines = text.split(|&b| b == b'\n');
-        let now = lines
-            .next()
-            .and_then(|line| std::str::from_utf8(line).ok()?.parse::<i64>().ok());
-        for mut queued in chunk {
-            let decoded = match (lines.next(), now) {
-                (Some(line), Some(now)) => parse_batch_line(line, now),
-                (_, None) => Err(LimiterError::Server("batch reply without its time".into())),
-                (None, _) => Err(LimiterError::Server("batch reply too short".into())),
-            };
-            match (&queued.reply, &decoded) {
-                // Answered by on_error already, and Redis admitted it.
-                (None, Ok(values)) if values.first() == Some(&1) => {
-                    self.reconcile(&queued, Some(values.get(1).copied().unwrap_or(0)), conn);
-                }
-                _ => queued.answer(decoded),
-            }
-        }
-    }
-
     /// Runs `pipe`, giving up at `deadline` (the earliest of its decisions'):
     /// has already been answered by `on_error` by then, and the flush loop
     /// must not be held up for the requests queued behind it.
@@ -817,7 +405,7 @@ impl RedisLimiter {
     /// Classifies a Redis error; one that broke the connection drops it,
     /// so the next call reconnects.
     fn classify(&self, error: redis::RedisError) -> LimiterError {
-        let classified = wire::classify(&error, self.budget);
+        let classified = client::classify(&error, self.budget);
         // A primary turned replica (a failover) answers READONLY: the next
         // connection asks the sentinels again.
         let demoted = error.code() == Some("READONLY");
@@ -831,9 +419,9 @@ impl RedisLimiter {
     fn record(&self, result: &Result<Vec<Decision>, LimiterError>, started: Instant) {
         let (observer, circuit) = (&*self.observer, &self.circuit);
         match result {
-            Ok(_) => wire::record_success(observer, circuit, started.elapsed(), &self.place),
+            Ok(_) => client::record_success(observer, circuit, started.elapsed(), &self.place),
             Err(e) => {
-                if wire::record_failure(observer, circuit, e, started, &self.place) {
+                if client::record_failure(observer, circuit, e, started, &self.place) {
                     self.drop_connection();
                 }
             }
@@ -956,7 +544,7 @@ impl Limiter for RedisLimiter {
         timeout: Duration,
     ) -> Result<redis::Value, LimiterError> {
         let mut conn = self.connection().await?;
-        wire::query_within(&mut conn, &cmd, timeout, |e| self.classify(e)).await
+        client::query_within(&mut conn, &cmd, timeout, |e| self.classify(e)).await
     }
 
     /// False while the circuit is open (Redis found unhealthy, not called).
