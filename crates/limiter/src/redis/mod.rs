@@ -13,6 +13,7 @@ mod client;
 pub mod cluster;
 mod lazy;
 pub mod reconcile;
+pub mod slots;
 pub mod standalone;
 pub mod wire;
 
