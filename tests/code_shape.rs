@@ -7,31 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
 
+mod imports;
+
+use imports::sources;
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_LINES: usize = 700;
 const MAX_FUNCTION_LINES: usize = 80;
-
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder)
-            .expect("read a source folder")
-            .flatten()
-        {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
 
 fn roots() -> Vec<PathBuf> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -14,7 +14,7 @@
 
 mod imports;
 
-use imports::edges;
+use imports::{edges, sources};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -69,28 +69,16 @@ fn violations(dir: &Path, root: &str, order: &[&str]) -> Vec<String> {
 /// (not in a comment), as `file:line: text`.
 fn naming(dir: &Path, crates: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder)
-            .expect("read a source folder")
-            .flatten()
-        {
-            let path: PathBuf = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("read a source");
-            for (n, line) in text.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or_default();
-                let names = |name: &&str| {
-                    code.match_indices(*name).any(|(at, _)| {
-                        !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-                    })
-                };
-                if crates.iter().any(names) {
-                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-                }
+    for path in sources(dir) {
+        let text = std::fs::read_to_string(&path).expect("read a source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let names = |name: &&str| {
+                code.match_indices(*name)
+                    .any(|(at, _)| !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+            };
+            if crates.iter().any(names) {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
             }
         }
     }

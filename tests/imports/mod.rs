@@ -9,10 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `dir`, by module path (`limiter::local`), with
-/// its text; `root` is the crate root's file name (`lib.rs`, `main.rs`).
-pub fn modules(dir: &Path, root: &str) -> BTreeMap<String, (PathBuf, String)> {
-    let mut found = BTreeMap::new();
+/// Every `.rs` file under `dir`, sorted.
+pub fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(folder) = pending.pop() {
         for entry in std::fs::read_dir(&folder)
@@ -22,25 +21,33 @@ pub fn modules(dir: &Path, root: &str) -> BTreeMap<String, (PathBuf, String)> {
             let path = entry.path();
             if path.is_dir() {
                 pending.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(dir).expect("under dir");
-            let mut parts: Vec<String> = relative
-                .iter()
-                .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
-                .collect();
-            if parts.last().is_some_and(|l| l == "mod") {
-                parts.pop();
-            }
-            if parts.len() == 1 && format!("{}.rs", parts[0]) == root {
-                parts.clear();
-            }
-            let text = std::fs::read_to_string(&path).expect("read a source");
-            found.insert(parts.join("::"), (path, text));
         }
+    }
+    files.sort();
+    files
+}
+
+/// Every `.rs` file under `dir`, by module path (`limiter::local`), with
+/// its text; `root` is the crate root's file name (`lib.rs`, `main.rs`).
+pub fn modules(dir: &Path, root: &str) -> BTreeMap<String, (PathBuf, String)> {
+    let mut found = BTreeMap::new();
+    for path in sources(dir) {
+        let relative = path.strip_prefix(dir).expect("under dir");
+        let mut parts: Vec<String> = relative
+            .iter()
+            .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+            .collect();
+        if parts.last().is_some_and(|l| l == "mod") {
+            parts.pop();
+        }
+        if parts.len() == 1 && format!("{}.rs", parts[0]) == root {
+            parts.clear();
+        }
+        let text = std::fs::read_to_string(&path).expect("read a source");
+        found.insert(parts.join("::"), (path, text));
     }
     found
 }
