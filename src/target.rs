@@ -41,7 +41,7 @@ pub enum EscapedSlashes {
 
 /// Why a request target or host was refused. Always the client's fault: 400.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TargetError {
+pub(crate) enum TargetError {
     /// `%` not followed by two hex digits.
     #[error("malformed percent-escape")]
     MalformedEscape,
@@ -71,7 +71,7 @@ pub enum TargetError {
 
 /// A request's target, made canonical.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CanonicalTarget<'a> {
+pub(crate) struct CanonicalTarget<'a> {
     /// The canonical path: starts with `/`, no `//`, no dot segments.
     pub path: Cow<'a, str>,
     /// The query exactly as sent (without the `?`), if any.
@@ -95,7 +95,7 @@ impl CanonicalTarget<'_> {
 }
 
 /// Makes the raw request target canonical (see the module doc).
-pub fn canonical_target(
+pub(crate) fn canonical_target(
     raw: &[u8],
     slashes: EscapedSlashes,
 ) -> Result<CanonicalTarget<'_>, TargetError> {
@@ -207,7 +207,10 @@ fn is_plainly_canonical(path: &[u8]) -> bool {
 }
 
 /// The canonical form of an origin-form path (see the module doc).
-pub fn canonical_path(path: &[u8], slashes: EscapedSlashes) -> Result<Cow<'_, str>, TargetError> {
+pub(crate) fn canonical_path(
+    path: &[u8],
+    slashes: EscapedSlashes,
+) -> Result<Cow<'_, str>, TargetError> {
     if is_plainly_canonical(path) {
         // Only ASCII pchars and '/': valid UTF-8.
         return Ok(Cow::Borrowed(
@@ -313,7 +316,7 @@ fn check_port(port: Option<&str>) -> Result<(), TargetError> {
 
 /// The canonical host of a Host header value or an authority: lower-case,
 /// without port and without one trailing dot. `Ok(None)` for an empty value.
-pub fn canonical_host(value: &[u8]) -> Result<Option<Cow<'_, str>>, TargetError> {
+pub(crate) fn canonical_host(value: &[u8]) -> Result<Option<Cow<'_, str>>, TargetError> {
     if value.is_empty() {
         return Ok(None);
     }

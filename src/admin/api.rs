@@ -9,11 +9,11 @@ use std::borrow::Cow;
 use std::net::SocketAddr;
 
 /// An admin API's answer: a status and a JSON body.
-pub type Answer = (StatusCode, serde_json::Value);
+pub(crate) type Answer = (StatusCode, serde_json::Value);
 
 /// When an admin API may be used without the admin token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Guard {
+pub(crate) enum Guard {
     /// Without `server.admin_token_env`, open on a loopback admin listener
     /// (the usage and top APIs: reads, and resets of one key).
     LoopbackOpen,
@@ -24,7 +24,7 @@ pub enum Guard {
 
 /// The token check: `Ok` when a request with this `Authorization` value
 /// may use an API kept by `guard`; else the 401 or 403 to answer.
-pub fn authorize(
+pub(crate) fn authorize(
     state: &GatewayState,
     authorization: Option<&[u8]>,
     guard: Guard,

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How often the file is read.
-pub const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// The state of one watched file between polls.
-pub struct ConfigWatch {
+pub(crate) struct ConfigWatch {
     path: PathBuf,
     /// The rules files or directories watched with the file.
     also: Vec<PathBuf>,

@@ -156,7 +156,7 @@ fn parse_key_line(line: &str) -> Option<[u8; 32]> {
 
 /// Whether `id` can be a consumer id: 1 to 128 of `A-Z a-z 0-9 . _ - @ :`,
 /// so that it is a header value and a key part as it is.
-pub fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
         && id
             .bytes()

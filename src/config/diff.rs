@@ -25,7 +25,7 @@ impl ConfigDiff {
 }
 
 /// Compares `old` with `new`.
-pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
+pub(crate) fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
     server(old, new, &mut d);
     if old.client_ip != new.client_ip {

@@ -6,7 +6,7 @@ use std::time::Duration;
 ///
 /// Guarantees: never panics; rejects a missing unit, a fraction, a negative or an
 /// overflowing value with a message meant for a person.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let digits_end = text
         .find(|c: char| !c.is_ascii_digit())

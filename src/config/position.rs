@@ -11,7 +11,7 @@ use yaml_rust2::scanner::Marker;
 
 /// A 1-based line and column in the configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     /// 1-based line.
     pub line: usize,
     /// 1-based column.
@@ -20,7 +20,7 @@ pub struct Position {
 
 /// Map from a node's path to the position where its value starts.
 #[derive(Debug, Default)]
-pub struct PositionIndex {
+pub(crate) struct PositionIndex {
     positions: HashMap<String, Position>,
 }
 

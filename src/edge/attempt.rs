@@ -12,7 +12,7 @@ use std::net::IpAddr;
 /// `peer`): the balancer's pick among the servers not tried yet (any, once
 /// all were), with the route's timeouts. Counts a retry in
 /// `sluice_upstream_retries_total`.
-pub fn choose(
+pub(crate) fn choose(
     ctx: &mut RequestCtx,
     head: &pingora::http::RequestHeader,
     peer: IpAddr,
@@ -61,7 +61,11 @@ fn tries_left(ctx: &RequestCtx) -> bool {
 /// A connection that failed before the request was sent: tried again on
 /// another server when the route retries `connect_error` and has tries
 /// left (whatever the method: nothing reached the server).
-pub fn connect_failed(ctx: &mut RequestCtx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+pub(crate) fn connect_failed(
+    ctx: &mut RequestCtx,
+    peer: &HttpPeer,
+    mut e: Box<Error>,
+) -> Box<Error> {
     server_failed(ctx, peer);
     if let Some(trace) = ctx.trace.as_mut() {
         trace.try_failed(format!("connect: {}", e.etype().as_str()));
@@ -94,7 +98,7 @@ fn server_failed(ctx: &RequestCtx, peer: &HttpPeer) {
 /// An exchange with `peer` that broke after connecting: a failure of the
 /// server unless it is the retry of a status; then Pingora's own rule
 /// (an idempotent method, a body still held) decides whether to retry.
-pub fn proxy_failed(
+pub(crate) fn proxy_failed(
     ctx: &mut RequestCtx,
     peer: &HttpPeer,
     session: &pingora::proxy::Session,

@@ -36,7 +36,7 @@ async fn wait_turn(session: &mut Session, wait: Duration) -> bool {
 /// in `waiting` and observed in the route's delay histogram. False when
 /// the client left meanwhile: the units reserved for it are given back.
 /// True at once for a request that is not delayed.
-pub async fn take_turn(
+pub(crate) async fn take_turn(
     session: &mut Session,
     held: &mut HeldLeases,
     state: &GatewayState,
@@ -86,7 +86,7 @@ pub async fn early(
 }
 
 /// Writes a rejection: in gRPC's form for a gRPC call, else as JSON.
-pub async fn reject(
+pub(crate) async fn reject(
     session: &mut Session,
     rejection: &Rejection<'_>,
     voice: &Voice<'_>,
@@ -157,7 +157,7 @@ pub async fn respond(session: &mut Session, reply: Reply, voice: &Voice<'_>) -> 
 /// [`rejection_for`]), unless a response head is already on its way; the
 /// status to log (0: the client is gone), and the connection is never
 /// reused.
-pub async fn fail_to_proxy(
+pub(crate) async fn fail_to_proxy(
     session: &mut Session,
     e: &Error,
     route: Option<&str>,
@@ -184,7 +184,11 @@ pub async fn fail_to_proxy(
 
 /// Counts what the client's side did wrong in `e` (a body that stalled)
 /// or what sluice refused it for (a body over the cap: `body_too_large`).
-pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, body_too_large: bool) {
+pub(crate) fn count_downstream_rejection(
+    metrics: &Metrics,
+    e: Option<&Error>,
+    body_too_large: bool,
+) {
     let stalled = e.is_some_and(|e| {
         e.etype == ErrorType::ReadTimedout && e.esource == ErrorSource::Downstream
     });
@@ -200,7 +204,7 @@ pub fn count_downstream_rejection(metrics: &Metrics, e: Option<&Error>, body_too
 }
 
 /// The socket peer's IP; `None` when the connection is not over IP.
-pub fn socket_ip(session: &Session) -> Option<IpAddr> {
+pub(crate) fn socket_ip(session: &Session) -> Option<IpAddr> {
     session
         .client_addr()
         .and_then(|a| a.as_inet())
@@ -209,7 +213,7 @@ pub fn socket_ip(session: &Session) -> Option<IpAddr> {
 
 /// The status a request ended with: the one written; 499 (nginx's word)
 /// for a client that left while its request waited; else 0.
-pub fn final_status(session: &Session, abandoned: bool) -> u16 {
+pub(crate) fn final_status(session: &Session, abandoned: bool) -> u16 {
     session
         .response_written()
         .map(|r| r.status.as_u16())
@@ -217,7 +221,7 @@ pub fn final_status(session: &Session, abandoned: bool) -> u16 {
 }
 
 /// The socket peer's IP (loopback if the connection is not over IP).
-pub fn peer_ip(session: &Session) -> IpAddr {
+pub(crate) fn peer_ip(session: &Session) -> IpAddr {
     session
         .client_addr()
         .and_then(|a| a.as_inet())
@@ -236,7 +240,7 @@ pub fn client_cert(session: &Session) -> Option<Arc<ClientCert>> {
 /// when the upstream cannot be reached or breaks the exchange, 504 when it
 /// does not connect or answer in time, 400 for a request the client broke,
 /// 500 for the gateway's own fault; `None` for a client already gone.
-pub fn rejection_for<'r>(e: &Error, route: Option<&'r str>) -> Option<Rejection<'r>> {
+pub(crate) fn rejection_for<'r>(e: &Error, route: Option<&'r str>) -> Option<Rejection<'r>> {
     match (e.etype(), e.esource()) {
         (ErrorType::HTTPStatus(504), _) => Some(Rejection::GatewayTimeout { route }),
         (ErrorType::HTTPStatus(400), _) => Some(Rejection::BadRequest),

@@ -18,7 +18,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use std::sync::Arc;
 
 /// Picks the certificate of one TLS listener for each handshake.
-pub struct SniResolver {
+pub(crate) struct SniResolver {
     state: SharedState,
     listen: String,
 }
@@ -50,7 +50,7 @@ impl ResolvesServerCert for SniResolver {
 /// Picks the certificate of the rate-limit service's listener
 /// (`server.rls.certs`) for each handshake, from the configuration current
 /// at that moment.
-pub struct RlsResolver {
+pub(crate) struct RlsResolver {
     state: SharedState,
 }
 
@@ -70,7 +70,9 @@ impl ResolvesServerCert for RlsResolver {
 
 /// The rustls settings of the rate-limit service's TLS listener: its
 /// certificates by SNI from `state`, TLS 1.2 and 1.3, ALPN `h2` only (gRPC).
-pub fn rls_server_config(state: SharedState) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+pub(crate) fn rls_server_config(
+    state: SharedState,
+) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -86,7 +88,7 @@ pub fn rls_server_config(state: SharedState) -> Result<Arc<rustls::ServerConfig>
 /// `required`: no certificate, or one that does not chain to the CA, fails
 /// the handshake. `optional`: such a client is served, as one without a
 /// certificate (its certificate is not recorded as verified).
-pub struct ClientCertAuth {
+pub(crate) struct ClientCertAuth {
     state: SharedState,
     listen: String,
     /// For the signatures of the handshake itself.

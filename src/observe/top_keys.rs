@@ -21,12 +21,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Counters per sketch: the error bound's denominator.
-pub const CAPACITY: usize = 100;
+pub(crate) const CAPACITY: usize = 100;
 /// How long one sketch counts.
-pub const SLICE: Duration = Duration::from_secs(10);
+pub(crate) const SLICE: Duration = Duration::from_secs(10);
 /// Sketches kept: the current one and the five before it, so a report
 /// covers the last 50 to 60 seconds.
-pub const SLICES: usize = 6;
+pub(crate) const SLICES: usize = 6;
 
 /// One Space-Saving sketch. Its counters lie in parallel vectors, so that
 /// finding the smallest (on each new key once full) scans 100 contiguous
@@ -137,7 +137,7 @@ pub struct DeniedKeys {
 /// The key parts of counter key `key` of the limit counted as
 /// `(route, limit)` (see `keys::build_key`): what follows
 /// `{route:limit:` up to the closing `}`; the whole key if it is not so built.
-pub fn parts_of<'k>(key: &'k str, (route, limit): (&str, &str)) -> &'k str {
+pub(crate) fn parts_of<'k>(key: &'k str, (route, limit): (&str, &str)) -> &'k str {
     let parts = key.find('{').and_then(|open| {
         let rest = key
             .get(open + 1..)?

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 /// The name the failures limit is reported under.
-pub const LIMIT_NAME: &str = "api_key_failures";
+pub(crate) const LIMIT_NAME: &str = "api_key_failures";
 
 /// The counter key of `client`'s failures: `!` is in no route name, so it
 /// never meets a route's counter.

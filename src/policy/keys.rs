@@ -10,7 +10,7 @@ use crate::request::parts::{part_value, PartValue, RequestParts};
 use sha2::{Digest, Sha256};
 
 /// A key-part value longer than this is replaced by its hash.
-pub const MAX_RAW_PART: usize = 64;
+pub(crate) const MAX_RAW_PART: usize = 64;
 
 /// Length of the hex SHA-256 prefix that replaces an unsafe value (128 bits).
 const HASH_HEX_LEN: usize = 32;
@@ -29,7 +29,7 @@ fn is_safe(value: &[u8]) -> bool {
 /// `#` never occurs in a safe value, so a hashed value can never equal a raw
 /// one, and `|` (the part separator) occurs in neither: distinct part lists
 /// give distinct keys (up to 128-bit hash collisions).
-pub fn push_part(out: &mut String, value: &[u8]) {
+pub(crate) fn push_part(out: &mut String, value: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     if is_safe(value) {
         // Safe bytes are ASCII, so this never fails.

@@ -137,7 +137,7 @@ pub enum Early<'a> {
 
 /// Whether `head` declares (`Content-Length`) a body longer than `cap`
 /// (0: no cap). A chunked body is counted as it arrives instead.
-pub fn declared_body_over(head: &RequestHeader, cap: u64) -> bool {
+pub(crate) fn declared_body_over(head: &RequestHeader, cap: u64) -> bool {
     cap > 0
         && head
             .headers
@@ -158,7 +158,7 @@ pub enum Step<'a> {
 
 /// The policy's answer for one routed request.
 #[derive(Debug)]
-pub struct Judgement<'a> {
+pub(crate) struct Judgement<'a> {
     /// For the headers and the access log.
     pub report: LimitReport,
     /// Proceed or reject.
@@ -166,7 +166,7 @@ pub struct Judgement<'a> {
 }
 
 /// Applies the identity rules and the route's limits to the request.
-pub async fn judge<'a>(
+pub(crate) async fn judge<'a>(
     state: &GatewayState,
     route: &'a CompiledRoute,
     view: &RequestView<'_>,
@@ -342,7 +342,7 @@ fn wait_permits(
 }
 
 /// The configured rate-limit headers for `entries` (see [`headers`]).
-pub fn rate_headers(
+pub(crate) fn rate_headers(
     state: &GatewayState,
     route: Option<&CompiledRoute>,
     entries: &[RateEntry],

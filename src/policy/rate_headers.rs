@@ -13,14 +13,14 @@ use http::HeaderValue;
 use std::time::Duration;
 
 /// Whole seconds, rounded up: what `Retry-After` and the reset fields carry.
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_micros().div_ceil(1_000_000) as u64
 }
 
 /// The headers of `style` for `entries`: each enforced limit with the number
 /// that applied to the request (its plan's or override's, else its own) and
 /// its decision, most restrictive first. Empty when there is no entry.
-pub fn rate_headers<'a>(
+pub(crate) fn rate_headers<'a>(
     style: HeaderStyle,
     entries: impl Iterator<Item = (&'a LimitConfig, u64, &'a Decision)> + Clone,
 ) -> Vec<(&'static str, HeaderValue)> {

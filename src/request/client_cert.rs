@@ -89,7 +89,7 @@ fn verified_certs() -> &'static Mutex<HashMap<Vec<u8>, Arc<ClientCert>>> {
 }
 
 /// Records a certificate the handshake verified.
-pub fn record_verified(der: &[u8]) {
+pub(crate) fn record_verified(der: &[u8]) {
     let Some(cert) = ClientCert::parse(der) else {
         return;
     };
@@ -103,7 +103,7 @@ pub fn record_verified(der: &[u8]) {
 }
 
 /// Forgets a certificate that failed verification.
-pub fn forget(der: &[u8]) {
+pub(crate) fn forget(der: &[u8]) {
     let digest = Sha256::digest(der).to_vec();
     if let Ok(mut certs) = verified_certs().lock() {
         certs.remove(&digest);

@@ -13,7 +13,7 @@ use pingora::http::RequestHeader;
 
 /// The method a CORS preflight asks about: an `OPTIONS` with `Origin` and
 /// `Access-Control-Request-Method`; `None` for any other request.
-pub fn preflight_method(head: &RequestHeader) -> Option<&str> {
+pub(crate) fn preflight_method(head: &RequestHeader) -> Option<&str> {
     if head.method != http::Method::OPTIONS || !head.headers.contains_key(header::ORIGIN) {
         return None;
     }
@@ -27,7 +27,7 @@ pub fn preflight_method(head: &RequestHeader) -> Option<&str> {
 /// `policy`: `*` for any origin, the request's `Origin` when listed (one
 /// value; compared without case), `None` when the request has no allowed
 /// origin.
-pub fn allowed_origin(policy: &CorsPolicy, head: &RequestHeader) -> Option<HeaderValue> {
+pub(crate) fn allowed_origin(policy: &CorsPolicy, head: &RequestHeader) -> Option<HeaderValue> {
     let mut origins = head.headers.get_all(header::ORIGIN).iter();
     let origin = origins.next()?;
     if origins.next().is_some() {
@@ -50,7 +50,7 @@ pub fn allowed_origin(policy: &CorsPolicy, head: &RequestHeader) -> Option<Heade
 /// the page may read and whether credentials are allowed; `Vary: Origin`
 /// whenever the answer depends on the origin (listed origins), so a cache
 /// never serves one origin's answer to another.
-pub fn dress(
+pub(crate) fn dress(
     head: &mut impl EditableHead,
     policy: &CorsPolicy,
     allowed: Option<&HeaderValue>,
@@ -86,7 +86,7 @@ const UPSTREAM_OWNED: [HeaderName; 6] = [
 /// The headers of a preflight's `204` beyond [`dress`]'s, for an allowed
 /// origin: the methods, the headers (those configured, or else those the
 /// preflight asks for) and how long the browser may keep the answer.
-pub fn preflight_headers(
+pub(crate) fn preflight_headers(
     policy: &CorsPolicy,
     head: &RequestHeader,
 ) -> Vec<(&'static str, HeaderValue)> {

@@ -10,7 +10,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 /// `path` rewritten, then the query of `sent` (the target that would be
 /// sent otherwise) as it is. `None` when `path` does not have the shape the
 /// route matched (it always has: the route matched it).
-pub fn rewritten_target(rewrite: &PathRewrite, path: &str, sent: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn rewritten_target(rewrite: &PathRewrite, path: &str, sent: &[u8]) -> Option<Vec<u8>> {
     let rewritten = match rewrite {
         PathRewrite::Prefix { matched, with } => {
             let rest = path.strip_prefix(matched.as_str())?;

@@ -11,7 +11,7 @@ use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 
 /// The longest ID taken from a trusted proxy, in bytes.
-pub const MAX_ID_BYTES: usize = 200;
+pub(crate) const MAX_ID_BYTES: usize = 200;
 
 /// The ID of `head`: the one value of `header` when `trusted` and it is
 /// 1 to [`MAX_ID_BYTES`] visible ASCII characters, else a new UUID v7.
@@ -34,7 +34,7 @@ fn plausible(id: &[u8]) -> bool {
 }
 
 /// A new UUID v7, hyphenated, lower case.
-pub fn generate() -> HeaderValue {
+pub(crate) fn generate() -> HeaderValue {
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     let id = uuid::Uuid::now_v7().hyphenated().encode_lower(&mut text);
     // A hyphenated UUID is ASCII hex and hyphens: always a header value.

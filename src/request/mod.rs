@@ -31,7 +31,7 @@ const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// What the gateway works with instead of the target as received: the
 /// canonical path and host, and what to send upstream instead.
 #[derive(Debug)]
-pub struct CanonicalRequest<'a> {
+pub(crate) struct CanonicalRequest<'a> {
     /// Set when it differs from the path as received.
     pub rewritten_path: Option<String>,
     /// The canonical path (borrowed when the received one was canonical).
@@ -47,7 +47,7 @@ pub struct CanonicalRequest<'a> {
 /// Makes the request's target and host canonical, or says why it cannot be
 /// (answer 400). An HTTP/1.1 request must name one host, the same in its
 /// `Host` header and its absolute-form authority.
-pub fn canonical_request(
+pub(crate) fn canonical_request(
     req: &RequestHeader,
     slashes: EscapedSlashes,
 ) -> Result<CanonicalRequest<'_>, TargetError> {
@@ -88,7 +88,7 @@ pub fn canonical_request(
 
 /// The request's canonical path: the rewritten one, or the path as received
 /// when that was canonical already.
-pub fn request_path<'a>(rewritten: &'a Option<String>, req: &'a RequestHeader) -> &'a str {
+pub(crate) fn request_path<'a>(rewritten: &'a Option<String>, req: &'a RequestHeader) -> &'a str {
     rewritten.as_deref().unwrap_or_else(|| req.uri.path())
 }
 
@@ -123,7 +123,7 @@ impl HeaderValues<'_> {
 
 /// The values of header `name`, as the identity sees them: a header sent
 /// twice is [`HeaderValues::Several`], never its first value.
-pub fn header_values<'a>(req: &'a RequestHeader, name: &str) -> HeaderValues<'a> {
+pub(crate) fn header_values<'a>(req: &'a RequestHeader, name: &str) -> HeaderValues<'a> {
     let mut values = req.headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (None, _) => HeaderValues::Absent,
@@ -135,7 +135,7 @@ pub fn header_values<'a>(req: &'a RequestHeader, name: &str) -> HeaderValues<'a>
 /// Removes an `Upgrade` other than WebSocket (`h2c`, `TLS/1.0`, …) and the
 /// `Connection` tokens that go with it, so the request is an ordinary one:
 /// only WebSocket is tunnelled, whose handshake the limits have counted.
-pub fn drop_foreign_upgrade(req: &mut RequestHeader) {
+pub(crate) fn drop_foreign_upgrade(req: &mut RequestHeader) {
     let Some(upgrade) = req.headers.get(header::UPGRADE) else {
         return;
     };
@@ -167,7 +167,7 @@ pub fn drop_foreign_upgrade(req: &mut RequestHeader) {
 
 /// The `X-Forwarded-For` value to send upstream: the received ones, in
 /// order, then `peer`, as Envoy and most proxies write it.
-pub fn forwarded_for(req: &RequestHeader, peer: IpAddr) -> Vec<u8> {
+pub(crate) fn forwarded_for(req: &RequestHeader, peer: IpAddr) -> Vec<u8> {
     use std::io::Write as _;
     let mut value = Vec::with_capacity(48);
     for existing in req.headers.get_all("x-forwarded-for") {
@@ -222,7 +222,7 @@ pub fn summary(req: &RequestHeader, request_id: Option<&HeaderValue>) -> String 
 }
 
 /// The header the upstream learns a request's consumer from.
-pub const CONSUMER_HEADER: &str = "x-consumer-id";
+pub(crate) const CONSUMER_HEADER: &str = "x-consumer-id";
 
 impl UpstreamRewrite<'_> {
     /// Applies the rewrite to the head going upstream.

@@ -129,7 +129,7 @@ impl<'a> PartValue<'a> {
 /// (without `?`). Names and values are percent-decoded and `+` is a space,
 /// as HTML forms and most frameworks read them, so `%61` and `a` are one
 /// key; a value that is not valid percent-encoding is taken as it is.
-pub fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
+pub(crate) fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
     let mut found = PartValue::Missing;
     for pair in query.split(|&b| b == b'&') {
         let (raw_name, raw_value) = match pair.iter().position(|&b| b == b'=') {
@@ -151,7 +151,7 @@ pub fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
 /// `target` (origin form) without query parameter `name` (compared as
 /// [`query_value`] decodes it), or `None` when it has no such parameter.
 /// The other parameters stay as they were sent, in order.
-pub fn without_query_param(target: &[u8], name: &str) -> Option<Vec<u8>> {
+pub(crate) fn without_query_param(target: &[u8], name: &str) -> Option<Vec<u8>> {
     let at = target.iter().position(|&b| b == b'?')?;
     let (path, query) = (&target[..at], &target[at + 1..]);
     let named = |pair: &&[u8]| {
@@ -203,7 +203,10 @@ fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
 /// client may split its cookies over several). Pairs are `;`-separated,
 /// names compared exactly, values trimmed and unquoted (`"a"` and `a` are
 /// one key).
-pub fn cookie_value<'a>(headers: impl Iterator<Item = &'a [u8]>, name: &str) -> PartValue<'a> {
+pub(crate) fn cookie_value<'a>(
+    headers: impl Iterator<Item = &'a [u8]>,
+    name: &str,
+) -> PartValue<'a> {
     let mut found = PartValue::Missing;
     for header in headers {
         for pair in header.split(|&b| b == b';') {
@@ -250,7 +253,7 @@ pub struct RequestParts<'a> {
 }
 
 /// The raw value of `part` in `request` (before hashing).
-pub fn part_value<'a>(part: &KeyPart, request: &RequestParts<'a>) -> PartValue<'a> {
+pub(crate) fn part_value<'a>(part: &KeyPart, request: &RequestParts<'a>) -> PartValue<'a> {
     let one = |value: &'a [u8]| PartValue::One(Cow::Borrowed(value));
     match part {
         KeyPart::Ip => one(request.ip.as_bytes()),

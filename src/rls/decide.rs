@@ -20,13 +20,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// The most descriptors one request may carry.
-pub const MAX_DESCRIPTORS: usize = 256;
+pub(crate) const MAX_DESCRIPTORS: usize = 256;
 /// The most entries one descriptor may carry.
-pub const MAX_ENTRIES: usize = 64;
+pub(crate) const MAX_ENTRIES: usize = 64;
 
 /// Why a request gets no decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The request is malformed (gRPC `INVALID_ARGUMENT`).
     Invalid(String),
     /// No decision could be made and `on_error: deny` (gRPC `UNAVAILABLE`,
@@ -106,7 +106,7 @@ impl Counter {
 }
 
 /// Answers `request` from `state`.
-pub async fn should_rate_limit(
+pub(crate) async fn should_rate_limit(
     state: &GatewayState,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Refusal> {

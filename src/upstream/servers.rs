@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// A server's name as written in `servers` (`host:port`), carried in its
 /// backend's extensions: the `Host` of `upstream_host: upstream`.
 #[derive(Debug, Clone)]
-pub struct WrittenAddr(pub HeaderValue);
+pub(crate) struct WrittenAddr(pub HeaderValue);
 
 /// An upstream's current addresses and their DNS refresh schedule.
 pub struct Servers {

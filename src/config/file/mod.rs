@@ -3,8 +3,6 @@
 //! Every struct denies unknown keys, so a typo is an error rather than a silently
 //! disabled limit. Values are kept close to their written form (durations as
 //! strings, names unchecked); `validate` turns them into the internal `Config`.
-//! A key planned but not implemented yet is accepted here as a raw value, so
-//! that validation can say "not supported yet" instead of "unknown".
 //!
 //! Its fields are the YAML keys themselves, each documented where operators
 //! read it (docs/configuration.md) and validated in `validate`: they carry
@@ -36,7 +34,7 @@ pub use upstream::{
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     #[serde(default)]
     pub server: ServerFile,
     #[serde(default)]
@@ -58,7 +56,7 @@ pub struct FileConfig {
 /// `tracing:`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TracingFile {
+pub(crate) struct TracingFile {
     pub otlp_endpoint: Option<String>,
     pub sample_ratio: Option<f64>,
     pub service_name: Option<String>,
@@ -80,7 +78,7 @@ pub struct ExemptFile {
 /// `server:`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerFile {
+pub(crate) struct ServerFile {
     pub listen: Option<Vec<String>>,
     pub admin: Option<String>,
     pub threads: Option<usize>,
@@ -117,7 +115,7 @@ pub struct ServerFile {
 /// `server.rls`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RlsFile {
+pub(crate) struct RlsFile {
     pub listen: String,
     pub config: String,
     pub algorithm: Option<AlgorithmFile>,
@@ -129,7 +127,7 @@ pub struct RlsFile {
 /// `server.rls.response_headers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RlsHeadersFile {
+pub(crate) enum RlsHeadersFile {
     None,
     Draft,
 }
@@ -137,7 +135,7 @@ pub enum RlsHeadersFile {
 /// One entry of `server.tls`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TlsListenerFile {
+pub(crate) struct TlsListenerFile {
     pub listen: String,
     pub certs: Vec<TlsCertFile>,
     /// Client certificates asked for on this listener.
@@ -147,7 +145,7 @@ pub struct TlsListenerFile {
 /// `server.tls[].client_auth`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClientAuthFile {
+pub(crate) struct ClientAuthFile {
     /// The PEM file of the CA certificates a client certificate must chain to.
     pub ca: String,
     /// `required` (the default) or `optional`.
@@ -157,7 +155,7 @@ pub struct ClientAuthFile {
 /// Whether a TLS listener refuses clients without a valid certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ClientAuthMode {
+pub(crate) enum ClientAuthMode {
     /// No certificate, or one that fails verification: the handshake fails.
     Required,
     /// Either is served as a client without a certificate.
@@ -167,7 +165,7 @@ pub enum ClientAuthMode {
 /// One entry of `server.tls[].certs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TlsCertFile {
+pub(crate) struct TlsCertFile {
     pub cert: String,
     pub key: String,
 }
@@ -175,7 +173,7 @@ pub struct TlsCertFile {
 /// `server.access_log`.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AccessLogFile {
+pub(crate) enum AccessLogFile {
     Stderr,
     Off,
 }
@@ -183,7 +181,7 @@ pub enum AccessLogFile {
 /// `client_ip:`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClientIpFile {
+pub(crate) struct ClientIpFile {
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
     pub ipv6_prefix: Option<u8>,
@@ -192,7 +190,7 @@ pub struct ClientIpFile {
 /// `response:`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResponseFile {
+pub(crate) struct ResponseFile {
     pub status: Option<u16>,
     pub headers: Option<HeaderStyle>,
 }

@@ -13,7 +13,7 @@ use std::fmt;
 /// The path of a node in the configuration file: keys joined by `.`, list
 /// items as `[i]` (`routes[0].limits[1].window`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyPath(String);
+pub(crate) struct KeyPath(String);
 
 impl KeyPath {
     /// A top-level key.
@@ -51,7 +51,7 @@ impl fmt::Display for KeyPath {
 
 /// What is wrong (or, for warnings, worth knowing) about a configuration.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ProblemKind {
+pub(crate) enum ProblemKind {
     /// A problem of the rate-limit service's rules.
     #[error("{0}")]
     Rls(#[from] RlsProblem),
@@ -65,9 +65,6 @@ pub enum ProblemKind {
     /// A `server.server_header` that is not a header value.
     #[error("`server_header` must be 1 to 256 printable ASCII characters")]
     BadServerHeader,
-    /// A key sluice names but does not implement yet.
-    #[error("{0} {NOT_YET}")]
-    NotSupported(&'static str),
     /// A list that must not be empty.
     #[error("`{key}` needs at least one {item}")]
     NeedsOne {
@@ -605,9 +602,6 @@ pub enum ProblemKind {
     #[error("`upstream_host` is preserve, upstream or a host name (host[:port]), not `{0}`")]
     BadUpstreamHost(String),
 }
-
-/// How a key sluice does not implement yet is refused.
-pub const NOT_YET: &str = "is not supported yet";
 
 /// ` in route `NAME``, or nothing.
 fn unknown_param(name: &str, template: &Option<String>) -> String {

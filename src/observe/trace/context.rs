@@ -46,7 +46,7 @@ pub fn incoming(head: &RequestHeader) -> Option<(Parent, Option<HeaderValue>)> {
 }
 
 /// A `traceparent` value read by the grammar above.
-pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
+pub(crate) fn parse_traceparent(value: &[u8]) -> Option<Parent> {
     if value.len() < 55 || (value.len() > 55 && value[55] != b'-') {
         return None;
     }
@@ -79,9 +79,9 @@ pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
 
 /// The `traceparent` header's name, parsed once (a lookup by a `&str`
 /// parses the name on every request).
-pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// The `tracestate` header's name, parsed once.
-pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The `traceparent` of a request sent on by span `span_id` of `trace_id`.
 /// Written by hand into a fixed buffer: `format!`'s padded hex costs every
@@ -101,7 +101,7 @@ pub fn traceparent(trace_id: u128, span_id: u64, sampled: bool) -> HeaderValue {
 }
 
 /// Writes `bytes` as lowercase hex into `out` (twice their length).
-pub fn write_hex(out: &mut [u8], bytes: &[u8]) {
+pub(crate) fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
         pair[0] = HEX[usize::from(byte >> 4)];

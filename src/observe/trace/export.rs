@@ -15,7 +15,7 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryS
 use std::time::{Duration, Instant};
 
 /// Requests whose spans may wait in the queue.
-pub const QUEUE: usize = 2048;
+pub(crate) const QUEUE: usize = 2048;
 /// Spans posted at most in one request to the collector.
 const BATCH: usize = 512;
 /// How long a span waits at most before its batch is posted.
@@ -25,7 +25,7 @@ const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The sending end of the queue.
 #[derive(Debug, Clone)]
-pub struct Exporter {
+pub(crate) struct Exporter {
     queue: SyncSender<Vec<SpanData>>,
     dropped: IntCounter,
 }

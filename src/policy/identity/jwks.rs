@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Why the JWKS URL's keys were not taken.
 #[derive(Debug, thiserror::Error)]
 #[error("fetching {url}: {reason}")]
-pub struct FetchError {
+pub(crate) struct FetchError {
     /// The JWKS URL.
     url: String,
     /// What failed.
@@ -72,7 +72,7 @@ struct Shared {
 
 /// A verifier's keys: read by `kid`; an unknown `kid` asks the fetcher for a
 /// fresh set (at most once per `min_refresh`).
-pub struct Jwks {
+pub(crate) struct Jwks {
     shared: Arc<Shared>,
 }
 
@@ -169,7 +169,7 @@ impl Jwks {
 }
 
 /// A key of the current set, held while a token is verified.
-pub struct KeyGuard {
+pub(crate) struct KeyGuard {
     set: Arc<KeySet>,
     kid: String,
 }

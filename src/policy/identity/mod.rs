@@ -39,7 +39,7 @@ pub enum User<'a> {
 }
 
 /// A verified token's claims.
-pub type Claims = serde_json::Map<String, serde_json::Value>;
+pub(crate) type Claims = serde_json::Map<String, serde_json::Value>;
 
 /// What a request establishes about itself: its identity and, when it came
 /// from a verified token, that token's claims (never an unverified one's).
