@@ -192,6 +192,13 @@ routes:
     wait_until(Duration::from_secs(10), "the daemon to listen", || {
         try_get(admin, "/healthz", &[]).is_ok_and(|r| r.status == 200)
     });
+    // The admin listener answers from the bootstrap on; the proxy's listeners
+    // open after the warm-up, a moment later on a loaded machine.
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon's proxy to listen",
+        || try_get(addr, "/load", &[]).is_ok_and(|r| r.status == 200),
+    );
 
     let load = Load::start(addr, 4, "/load");
     wait_until(Duration::from_secs(10), "load flowing", || {
