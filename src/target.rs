@@ -41,7 +41,7 @@ pub enum EscapedSlashes {
 
 /// Why a request target or host was refused. Always the client's fault: 400.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum TargetError {
+pub enum TargetError {
     /// `%` not followed by two hex digits.
     #[error("malformed percent-escape")]
     MalformedEscape,

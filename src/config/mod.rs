@@ -2,7 +2,7 @@
 //!
 //! Loading is three steps, in the spirit of River's split between file and
 //! internal configuration: [`env::expand`] on the raw text, serde into the file
-//! schema ([`file`]), then [`validate`] into the [`Config`] the rest of sluice
+//! schema ([`file`](mod@file)), then `validate` into the [`Config`] the rest of sluice
 //! uses. Every error names `path:line:column` where a position exists. This
 //! module knows nothing of Redis or Pingora.
 //!

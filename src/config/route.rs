@@ -99,7 +99,7 @@ impl ExemptConfig {
 pub enum KeyPart {
     /// The client IP (IPv6 by prefix).
     Ip,
-    /// The identity (see [`IdentityConfig`]).
+    /// The identity (see [`IdentityConfig`](crate::config::IdentityConfig)).
     User,
     /// The request method.
     Method,

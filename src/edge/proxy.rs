@@ -187,7 +187,7 @@ impl ProxyHttp for Gateway {
     }
 
     /// An upstream or gateway failure answered in sluice's voice (see
-    /// [`respond::fail_to_proxy`]), never Pingora's empty body.
+    /// `respond::fail_to_proxy`), never Pingora's empty body.
     async fn fail_to_proxy(
         &self,
         session: &mut Session,

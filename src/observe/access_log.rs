@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// The longest path written, in bytes; a longer one is cut and flagged.
-pub(crate) const MAX_PATH: usize = 2048;
+pub const MAX_PATH: usize = 2048;
 
 /// Lines that may wait for the writer thread.
 pub const QUEUE_LINES: usize = 8192;

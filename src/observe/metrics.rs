@@ -56,7 +56,7 @@ pub struct Metrics {
 
 /// Why the front door closed or refused a client connection (the `reason`
 /// label of `sluice_downstream_rejected_total`).
-pub(crate) const REJECT_REASONS: [&str; 8] = [
+pub const REJECT_REASONS: [&str; 8] = [
     "max_connections",
     "handshake_timeout",
     "header_timeout",
@@ -71,7 +71,7 @@ pub(crate) const REJECT_REASONS: [&str; 8] = [
 /// `sluice_rls_requests_total`): `ok` and `over_limit` (its overall code),
 /// `unavailable` (no decision could be made, `on_error: deny`) and
 /// `invalid_argument` (a malformed request).
-pub(crate) const RLS_CODES: [&str; 4] = ["ok", "over_limit", "unavailable", "invalid_argument"];
+pub const RLS_CODES: [&str; 4] = ["ok", "over_limit", "unavailable", "invalid_argument"];
 
 /// The metrics the Redis backend updates.
 #[derive(Clone)]

@@ -21,12 +21,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Counters per sketch: the error bound's denominator.
-pub(crate) const CAPACITY: usize = 100;
+pub const CAPACITY: usize = 100;
 /// How long one sketch counts.
-pub(crate) const SLICE: Duration = Duration::from_secs(10);
+pub const SLICE: Duration = Duration::from_secs(10);
 /// Sketches kept: the current one and the five before it, so a report
 /// covers the last 50 to 60 seconds.
-pub(crate) const SLICES: usize = 6;
+pub const SLICES: usize = 6;
 
 /// One Space-Saving sketch. Its counters lie in parallel vectors, so that
 /// finding the smallest (on each new key once full) scans 100 contiguous

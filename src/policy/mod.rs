@@ -1,7 +1,7 @@
 //! The policy layer: what the gateway decides about a request before it is
 //! proxied, and the running state it decides with ([`state`]: routes,
 //! identity, limits, upstreams, built from one config and swapped whole on
-//! reload). Below it: route matching ([`route`]), who the user is
+//! reload). Below it: route matching ([`route`](mod@route)), who the user is
 //! ([`identity`]), exemptions ([`exempt`]), counter keys ([`keys`]), unknown
 //! API keys per client ([`key_failures`]) and the rate-limit headers
 //! ([`rate_headers`]). May use `observe`, `upstream`, `request`, `config`,
@@ -158,7 +158,7 @@ pub enum Step<'a> {
 
 /// The policy's answer for one routed request.
 #[derive(Debug)]
-pub(crate) struct Judgement<'a> {
+pub struct Judgement<'a> {
     /// For the headers and the access log.
     pub report: LimitReport,
     /// Proceed or reject.

@@ -11,7 +11,7 @@ use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 
 /// The longest ID taken from a trusted proxy, in bytes.
-pub(crate) const MAX_ID_BYTES: usize = 200;
+pub const MAX_ID_BYTES: usize = 200;
 
 /// The ID of `head`: the one value of `header` when `trusted` and it is
 /// 1 to [`MAX_ID_BYTES`] visible ASCII characters, else a new UUID v7.

@@ -203,10 +203,7 @@ fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
 /// client may split its cookies over several). Pairs are `;`-separated,
 /// names compared exactly, values trimmed and unquoted (`"a"` and `a` are
 /// one key).
-pub(crate) fn cookie_value<'a>(
-    headers: impl Iterator<Item = &'a [u8]>,
-    name: &str,
-) -> PartValue<'a> {
+pub fn cookie_value<'a>(headers: impl Iterator<Item = &'a [u8]>, name: &str) -> PartValue<'a> {
     let mut found = PartValue::Missing;
     for header in headers {
         for pair in header.split(|&b| b == b';') {

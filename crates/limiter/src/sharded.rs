@@ -15,7 +15,7 @@ const SHARDS: usize = 16;
 /// One shard: the entries whose key hashes to it.
 pub type Shard<V> = HashMap<String, V>;
 
-/// Keys → `V` in [`SHARDS`] locked shards of at most `shard_capacity`
+/// Keys → `V` in `SHARDS` locked shards of at most `shard_capacity`
 /// entries each (the owner enforces the bound when it inserts, with
 /// [`ShardedMap::shard_capacity`], since only it knows what may be dropped).
 pub struct ShardedMap<V> {

@@ -13,7 +13,7 @@ use std::fmt;
 /// The path of a node in the configuration file: keys joined by `.`, list
 /// items as `[i]` (`routes[0].limits[1].window`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyPath(String);
+pub struct KeyPath(String);
 
 impl KeyPath {
     /// A top-level key.

@@ -28,7 +28,7 @@ use std::time::{Instant, SystemTime};
 /// Denied requests traced at most per second beyond the sampled ones
 /// (`always_sample_denied`): a flood of 429s would otherwise build and
 /// queue spans for every one of them.
-pub(crate) const DENIED_PER_SECOND: u64 = 100;
+pub const DENIED_PER_SECOND: u64 = 100;
 
 /// One configuration's tracer: its sampling and its export queue.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Answers kept at most; a full cache drops its expired answers, then all.
-pub(crate) const MAX_CACHED: usize = 100_000;
+pub const MAX_CACHED: usize = 100_000;
 
 /// How long an unknown key's answer is kept at most.
 const UNKNOWN_TTL: Duration = Duration::from_secs(1);

@@ -234,7 +234,7 @@ pub fn take_args(checks: &[LimitCheck<'_>], member: &str) -> Vec<Vec<u8>> {
 
 /// Appends the batch-mode arguments of the decide code to `command` (a
 /// call that already carries every decision's keys, in order), from each
-/// decision's key count and its own arguments (from [`push_args`] or
+/// decision's key count and its own arguments (from `push_args` or
 /// [`take_args`]): `+`, each distinct limit once (its six arguments), then
 /// per decision a head and its limits' indices — head `k` for a `take` that
 /// needs no member, else `k:op:taken` and the member after the indices (see
