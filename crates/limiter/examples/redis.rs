@@ -9,8 +9,6 @@
 //!
 //! Without `REDIS_URL`, it uses `redis://127.0.0.1:6379/0`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // an example stops on what it did not expect
-
 use sluice_limiter::settings::{LimiterConfig, OnError, RedisConfig};
 use sluice_limiter::{Algorithm, Decider, LimitCheck, Source, Unobserved};
 use std::sync::Arc;
