@@ -66,7 +66,7 @@ pub(crate) fn connect_failed(
     peer: &HttpPeer,
     mut e: Box<Error>,
 ) -> Box<Error> {
-    server_failed(ctx, peer);
+    server_failed(ctx, peer, e.etype().as_str());
     if let Some(trace) = ctx.trace.as_mut() {
         trace.try_failed(format!("connect: {}", e.etype().as_str()));
     }
@@ -80,11 +80,14 @@ pub(crate) fn connect_failed(
     e
 }
 
-/// Counts a failure of `peer` (refused, reset, timed out) toward its
-/// passive health.
-fn server_failed(ctx: &RequestCtx, peer: &HttpPeer) {
+/// Counts a failure of `peer` (refused, reset, timed out: `what`) toward
+/// its passive health.
+fn server_failed(ctx: &RequestCtx, peer: &HttpPeer, what: &'static str) {
     if let (Some(upstream), Some(addr)) = (ctx.upstream(), peer._address.as_inet()) {
-        if upstream.passive.failed(*addr, std::time::Instant::now()) {
+        if upstream
+            .passive
+            .failed(*addr, std::time::Instant::now(), what)
+        {
             log::warn!(
                 "upstream `{}`: server {addr} failed {} times: out for {:?}",
                 upstream.name(),
@@ -108,7 +111,7 @@ pub(crate) fn proxy_failed(
     if !matches!(e.etype(), ErrorType::HTTPStatus(_))
         && e.esource() == &pingora::ErrorSource::Upstream
     {
-        server_failed(ctx, peer);
+        server_failed(ctx, peer, e.etype().as_str());
     }
     if let Some(trace) = ctx.trace.as_mut() {
         trace.try_failed(e.etype().as_str().to_string());

@@ -235,6 +235,11 @@ impl ProxyHttp for Gateway {
             None => ("_unmatched", &self.unmatched_duration),
         };
         self.metrics.count_request(route_name, status);
+        if matches!(status, 502 | 504) {
+            if let Some(upstream) = ctx.upstream() {
+                upstream.gateway_errors.count(status);
+            }
+        }
         duration.observe(ctx.started.elapsed().as_secs_f64());
         let (req, peer) = (session.req_header(), respond::peer_ip(session));
         if ctx.state.config.server.access_log {

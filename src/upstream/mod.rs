@@ -26,6 +26,7 @@ use pingora::protocols::ALPN;
 use pingora::upstreams::peer::PeerOptions;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,6 +50,38 @@ pub struct Upstream {
     pub passive: PassiveHealth,
     /// The addresses its servers resolve to now.
     pub servers: Servers,
+    /// Its requests answered 502 or 504 since the pool was built.
+    pub gateway_errors: GatewayErrors,
+}
+
+/// Requests of one upstream answered `502 Bad Gateway` or `504 Gateway
+/// Timeout`, counted since its pool was built (a reload that keeps the
+/// pool keeps the counts).
+#[derive(Debug, Default)]
+pub struct GatewayErrors {
+    bad_gateway: AtomicU64,
+    gateway_timeout: AtomicU64,
+}
+
+impl GatewayErrors {
+    /// Counts a request of this upstream answered with `status` (only 502
+    /// and 504 count).
+    pub fn count(&self, status: u16) {
+        let counter = match status {
+            502 => &self.bad_gateway,
+            504 => &self.gateway_timeout,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far: (502s, 504s).
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.bad_gateway.load(Ordering::Relaxed),
+            self.gateway_timeout.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// The key that keeps an upstream's pooled connections its own. Pingora
@@ -111,6 +144,7 @@ impl Upstream {
             pool_key: pool_key(config),
             passive: PassiveHealth::new(config.max_fails, config.fail_timeout),
             servers,
+            gateway_errors: GatewayErrors::default(),
         })
     }
 
@@ -184,6 +218,15 @@ impl Upstream {
             let why = format!("no healthy server in upstream `{}`", self.name());
             pingora::Error::explain(pingora::ErrorType::HTTPStatus(502), why)
         })
+    }
+
+    /// Whether the active health check has `addr` (an address of
+    /// `servers[spec]`) up; true without a health check.
+    pub fn passes_health_check(&self, spec: usize, addr: SocketAddr) -> bool {
+        let Some(written) = self.config.addresses.get(spec) else {
+            return false;
+        };
+        self.balancer.backends().ready(&backend(addr, written))
     }
 
     /// Whether the server written as `servers[spec]` is up: one of its

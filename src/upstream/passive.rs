@@ -17,6 +17,18 @@ struct Failures {
     since: Instant,
     /// Out of selection until then.
     out_until: Option<Instant>,
+    /// What the last failure was (an error kind: "ConnectRefused", …).
+    last: &'static str,
+}
+
+/// A server taken out by its failures, as the console and `/v1/upstreams`
+/// show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ejection {
+    /// How long it stays out from now.
+    pub remaining: Duration,
+    /// The kind of the failure that took it out.
+    pub last_failure: &'static str,
 }
 
 /// The failures of one upstream's servers.
@@ -38,9 +50,9 @@ impl PassiveHealth {
         }
     }
 
-    /// Counts a failure of `server` at `now`; true when it takes the
-    /// server out.
-    pub fn failed(&self, server: SocketAddr, now: Instant) -> bool {
+    /// Counts a failure of `server` at `now`, of kind `what`; true when it
+    /// takes the server out.
+    pub fn failed(&self, server: SocketAddr, now: Instant, what: &'static str) -> bool {
         if self.max_fails == 0 {
             return false;
         }
@@ -49,7 +61,9 @@ impl PassiveHealth {
             count: 0,
             since: now,
             out_until: None,
+            last: what,
         });
+        entry.last = what;
         if now.duration_since(entry.since) > self.fail_timeout {
             entry.count = 0;
             entry.since = now;
@@ -62,6 +76,17 @@ impl PassiveHealth {
         entry.since = now;
         entry.out_until = Some(now + self.fail_timeout);
         true
+    }
+
+    /// Whether `server` is out at `now`, for how long still, and why.
+    pub fn ejection(&self, server: SocketAddr, now: Instant) -> Option<Ejection> {
+        let servers = self.servers.locked();
+        let failures = servers.get(&server)?;
+        let until = failures.out_until.filter(|until| *until > now)?;
+        Some(Ejection {
+            remaining: until - now,
+            last_failure: failures.last,
+        })
     }
 
     /// Whether `server` is out of selection at `now`.
@@ -86,12 +111,21 @@ mod tests {
         let health = PassiveHealth::new(2, Duration::from_secs(10));
         let server: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let t0 = Instant::now();
-        assert!(!health.failed(server, t0));
+        assert!(!health.failed(server, t0, "ConnectRefused"));
         assert!(!health.is_out(server, t0));
         // The second failure comes after the window: counted afresh.
-        assert!(!health.failed(server, t0 + Duration::from_secs(11)));
-        assert!(health.failed(server, t0 + Duration::from_secs(12)));
+        assert!(!health.failed(server, t0 + Duration::from_secs(11), "ConnectRefused"));
+        assert!(health.failed(server, t0 + Duration::from_secs(12), "ConnectTimedout"));
         assert!(health.is_out(server, t0 + Duration::from_secs(13)));
+        let ejection = health.ejection(server, t0 + Duration::from_secs(13));
+        assert_eq!(
+            ejection,
+            Some(Ejection {
+                remaining: Duration::from_secs(9),
+                last_failure: "ConnectTimedout"
+            })
+        );
+        assert_eq!(health.ejection(server, t0 + Duration::from_secs(23)), None);
         assert!(!health.is_out(server, t0 + Duration::from_secs(23)));
     }
 
@@ -100,7 +134,7 @@ mod tests {
         let health = PassiveHealth::new(0, Duration::from_secs(10));
         let server: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let now = Instant::now();
-        assert!(!health.failed(server, now));
+        assert!(!health.failed(server, now, "ConnectRefused"));
         assert!(!health.is_out(server, now));
     }
 }

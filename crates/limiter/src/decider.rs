@@ -424,6 +424,13 @@ impl Decider {
             .map_or(Link::Connected, |redis| redis.link())
     }
 
+    /// Whether the shared backend's circuit is open: Redis was found
+    /// failing and is not called until a probe succeeds (false with
+    /// `backend: local`).
+    pub fn circuit_open(&self) -> bool {
+        self.redis.as_ref().is_some_and(|redis| !redis.is_healthy())
+    }
+
     /// Whether this instance should get traffic, and why not (or why it
     /// is ready although Redis is not there).
     pub fn readiness(&self) -> Readiness {
