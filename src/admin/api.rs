@@ -88,3 +88,17 @@ pub fn parameter<'q>(query: &'q [u8], name: &str) -> Result<Option<Cow<'q, [u8]>
         )),
     }
 }
+
+/// `raw` percent-encoded for a query string: everything but unreserved
+/// bytes.
+pub(crate) fn encode(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len() * 3);
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

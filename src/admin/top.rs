@@ -5,7 +5,7 @@
 //! route's limits together; without `route`, every limit's. The admin
 //! token is required as for the usage API.
 
-use crate::admin::api::{authorize, error, parameter, Answer, Guard};
+use crate::admin::api::{authorize, encode, error, parameter, Answer, Guard};
 use crate::observe::top_keys::{TopKey, CAPACITY, SLICE, SLICES};
 use crate::policy::state::{CompiledLimit, CompiledRoute, GatewayState};
 use http::StatusCode;
@@ -122,6 +122,8 @@ fn report(
                 "limit": limit.config.name,
                 "key": k.key,
                 "parts": labelled(limit, &k.key),
+                "shown": shown(limit, &k),
+                "usage": usage_query(route, limit, &k),
                 "count": k.count,
                 "error": k.error,
             })
@@ -129,6 +131,41 @@ fn report(
         .collect();
     let window = SLICE.as_secs() * SLICES as u64;
     json!({ "window_seconds": window, "keys": keys, "limits": denied })
+}
+
+/// The key's parts as the request carried them (see
+/// [`ShownPart`](crate::observe::top_keys::ShownPart)), by label.
+fn shown(limit: &CompiledLimit, key: &TopKey) -> serde_json::Value {
+    let parts: Vec<serde_json::Value> = limit
+        .config
+        .key
+        .iter()
+        .zip(key.shown.iter())
+        .map(|(part, shown)| json!({ "part": part.label(), "value": shown.text, "exact": shown.exact }))
+        .collect();
+    json!(parts)
+}
+
+/// The `/v1/usage` query string for this key, when every part is known
+/// exactly (`null` otherwise: a credential, a cut value).
+fn usage_query(route: &CompiledRoute, limit: &CompiledLimit, key: &TopKey) -> serde_json::Value {
+    let parts = &limit.config.key;
+    if key.shown.len() != parts.len() || key.shown.iter().any(|s| !s.exact) {
+        return serde_json::Value::Null;
+    }
+    let mut query = format!(
+        "route={}&limit={}",
+        encode(route.name.as_bytes()),
+        encode(limit.config.name.as_bytes())
+    );
+    for (part, shown) in parts.iter().zip(key.shown.iter()) {
+        query.push_str(&format!(
+            "&{}={}",
+            encode(part.label().as_bytes()),
+            encode(shown.text.as_bytes())
+        ));
+    }
+    json!(query)
 }
 
 /// The key's parts by their labels (`ip`, `header.x-api-key`, …), in the

@@ -12,7 +12,7 @@
 //! loopback admin listener (anyone who reaches a public one could otherwise
 //! read or clear any key's count).
 
-use crate::admin::api::{authorize, error, parameter, Answer, Guard};
+use crate::admin::api::{authorize, encode, error, parameter, Answer, Guard};
 use crate::config::LimitConfig;
 use crate::config::{KeyPart, PlanSource};
 use crate::limiter::Decision;
@@ -230,19 +230,6 @@ fn ip_key_text(state: &GatewayState, raw: Option<&[u8]>) -> Result<String, Answe
         .and_then(|t| t.parse::<IpAddr>().ok())
         .map(|ip| state.client_ip.key_text(ip))
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad_part", json!({ "part": "ip" })))
-}
-
-/// Percent-encodes everything but unreserved bytes.
-fn encode(raw: &[u8]) -> String {
-    let mut out = String::with_capacity(raw.len() * 3);
-    for &b in raw {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 fn unavailable(e: &dyn std::fmt::Display) -> Answer {

@@ -17,7 +17,7 @@
 //! and `error` ≤ N / [`CAPACITY`] with N the limit's denials in the window.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Counters per sketch: the error bound's denominator.
@@ -39,6 +39,8 @@ struct Sketch {
     /// Key hash → its counter.
     index: HashMap<u64, usize>,
     keys: Vec<String>,
+    /// How each key's parts are shown (taken when the key takes a counter).
+    shown: Vec<Shown>,
     hashes: Vec<u64>,
     counts: Vec<u64>,
     errors: Vec<u64>,
@@ -46,8 +48,23 @@ struct Sketch {
     total: u64,
 }
 
+/// One part of a denied key as an operator sees it: the value the request
+/// carried (`exact` when it is that value whole, so the usage API can be
+/// asked about it), or what stands for it — a credential's hash prefix, a
+/// long value's beginning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownPart {
+    /// The text shown.
+    pub text: String,
+    /// Whether `text` is the value the request carried, whole.
+    pub exact: bool,
+}
+
+/// A key's parts as shown, in the limit's order (empty: not known).
+pub type Shown = Arc<[ShownPart]>;
+
 impl Sketch {
-    fn add(&mut self, key: &str) {
+    fn add(&mut self, key: &str, shown: impl FnOnce() -> Shown) {
         use std::hash::BuildHasher;
         self.total += 1;
         let hash = self.hasher.hash_one(key);
@@ -60,6 +77,7 @@ impl Sketch {
         if self.counts.len() < CAPACITY {
             self.index.insert(hash, self.counts.len());
             self.keys.push(key.to_string());
+            self.shown.push(shown());
             self.hashes.push(hash);
             self.counts.push(1);
             self.errors.push(0);
@@ -73,18 +91,20 @@ impl Sketch {
         self.index.insert(hash, i);
         self.keys[i].clear();
         self.keys[i].push_str(key);
+        self.shown[i] = shown();
         self.hashes[i] = hash;
         self.counts[i] = min + 1;
         self.errors[i] = min;
     }
 
-    /// Each key held, with its count and error.
-    fn entries(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+    /// Each key held, with how it is shown, its count and error.
+    fn entries(&self) -> impl Iterator<Item = (&str, &Shown, u64, u64)> {
         let counts = self.counts.iter().zip(&self.errors);
         self.keys
             .iter()
+            .zip(&self.shown)
             .zip(counts)
-            .map(|(k, (c, e))| (k.as_str(), *c, *e))
+            .map(|((k, shown), (c, e))| (k.as_str(), shown, *c, *e))
     }
 
     fn holds(&self, key: &str) -> bool {
@@ -102,6 +122,7 @@ impl Sketch {
     fn clear(&mut self) {
         self.index.clear();
         self.keys.clear();
+        self.shown.clear();
         self.hashes.clear();
         self.counts.clear();
         self.errors.clear();
@@ -122,6 +143,8 @@ pub struct TopKey {
     /// The key's parts as its counter key writes them (`|`-separated;
     /// long or unsafe values as `#` + their hash).
     pub key: String,
+    /// Its parts as shown (empty when not known).
+    pub shown: Shown,
     /// Denials counted for it in the window.
     pub count: u64,
     /// The true count lies within this of `count`.
@@ -162,8 +185,15 @@ fn slice_at(now: Instant) -> u64 {
 }
 
 impl DeniedKeys {
-    /// Counts one denial of `key` at `now`.
+    /// Counts one denial of `key` at `now` (its parts shown as not known).
     pub fn record(&self, key: &str, now: Instant) {
+        self.record_with(key, now, || Arc::from([]));
+    }
+
+    /// Counts one denial of `key` at `now`; `shown` says how its parts are
+    /// shown, asked only when the key takes a counter (a flooding key,
+    /// once held, costs nothing more).
+    pub fn record_with(&self, key: &str, now: Instant, shown: impl FnOnce() -> Shown) {
         let slice = slice_at(now);
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let (number, sketch) = &mut ring.slots[slice as usize % SLICES];
@@ -171,7 +201,7 @@ impl DeniedKeys {
             *number = slice;
             sketch.clear();
         }
-        sketch.add(key);
+        sketch.add(key, shown);
     }
 
     /// The `n` keys denied most in the window ending at `now`, most first,
@@ -187,12 +217,16 @@ impl DeniedKeys {
             .collect();
         let mut merged: HashMap<&str, TopKey> = HashMap::new();
         for sketch in &live {
-            for (key, count, error) in sketch.entries() {
+            for (key, shown, count, error) in sketch.entries() {
                 let entry = merged.entry(key).or_insert_with(|| TopKey {
                     key: key.to_string(),
+                    shown: Arc::clone(shown),
                     count: 0,
                     error: 0,
                 });
+                if entry.shown.is_empty() {
+                    entry.shown = Arc::clone(shown);
+                }
                 entry.count += count;
                 entry.error += error;
             }

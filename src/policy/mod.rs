@@ -39,6 +39,7 @@ pub mod state;
 mod checks;
 mod leases;
 mod rejection;
+mod shown;
 mod verdict;
 mod who;
 
@@ -221,7 +222,11 @@ pub(crate) async fn judge<'a>(
         state.decider.decide(&checks).await
     };
     drop(checks);
-    count_decisions(route, &keys, &outcome);
+    let denied = count_decisions(route, &keys, &outcome);
+    if !denied.is_empty() {
+        let user = who.user.as_deref();
+        shown::record_denied(state, route, view, (client, user), &keys, &denied);
+    }
     report.rate = rate_entries(route, &keys, &outcome.decisions);
     let verdict = verdict(route, &keys, &outcome);
     report.verdict = Some(verdict);

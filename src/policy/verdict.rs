@@ -4,13 +4,11 @@
 
 use crate::limiter::{Decision, Outcome, Source};
 use crate::observe::metrics::DecisionLabel;
-use crate::observe::top_keys::parts_of;
 use crate::observe::trace::{AuthSpan, DecisionSpan};
-use crate::policy::checks::counter_name;
 use crate::policy::checks::Keyed;
 use crate::policy::state::CompiledRoute;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The limiter's decision on a request, as the access log reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +55,13 @@ pub struct LimitReport {
     pub auth: Option<AuthSpan>,
 }
 
-/// Counts the decision in `sluice_ratelimit_decisions_total`.
-pub(super) fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &Outcome) {
+/// Counts the decision in `sluice_ratelimit_decisions_total`, and returns
+/// which of `keys` were counted as denied (none allocated when none was).
+pub(super) fn count_decisions(
+    route: &CompiledRoute,
+    keys: &[Keyed],
+    outcome: &Outcome,
+) -> Vec<usize> {
     let admitted = outcome.admitted;
     if matches!(outcome.source, Source::FailOpen | Source::FailClosed) {
         let label = if admitted {
@@ -69,9 +72,10 @@ pub(super) fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &O
         for k in keys {
             route.limits[k.index].counters.inc(label, outcome.source);
         }
-        return;
+        return Vec::new();
     }
-    for (k, decision) in keys.iter().zip(&outcome.decisions) {
+    let mut denied = Vec::new();
+    for (i, (k, decision)) in keys.iter().zip(&outcome.decisions).enumerate() {
         let limit = &route.limits[k.index];
         // A denied request is counted against the limits that denied it; the
         // others neither admitted it nor consumed anything.
@@ -84,10 +88,10 @@ pub(super) fn count_decisions(route: &CompiledRoute, keys: &[Keyed], outcome: &O
         };
         limit.counters.inc(label, outcome.source);
         if label == DecisionLabel::Deny {
-            let parts = parts_of(&k.key, counter_name(route, &limit.config));
-            limit.denied.record(parts, Instant::now());
+            denied.push(i);
         }
     }
+    denied
 }
 
 /// The enforced limits' decisions, most restrictive first.
