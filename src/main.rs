@@ -8,6 +8,8 @@ use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use pingora::services::ServiceHandle;
+use sluice::admin::config_status::ConfigStatus;
+use sluice::admin::history::{History, Sampler};
 use sluice::admin::reload::Reloader;
 use sluice::admin::AdminApp;
 use sluice::config::{format_duration, Backend, Config, RouteAction};
@@ -191,16 +193,17 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         }
         listening.push_str(&format!("rate-limit service {addr}"));
     }
-    let mut admin = Service::new(
-        "sluice admin".to_string(),
-        AdminApp::new(metrics, Arc::clone(&state)),
-    );
-    admin.add_tcp(&admin_addr);
-    admin.threads = Some(1);
     let proxy = server.add_service(proxy);
     proxy.add_dependency(&bootstrap);
     proxy.add_dependency(&warm_up);
-    server.add_service(admin).add_dependency(&bootstrap);
+    add_admin(
+        &mut server,
+        &admin_addr,
+        &state,
+        metrics,
+        reloader.status(),
+        &bootstrap,
+    );
     server.add_service(background_service("sluice reload", reloader));
     server.add_service(background_service("sluice fast stop", fast_stop));
     server.add_service(background_service(
@@ -210,6 +213,33 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
 
     log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");
     server.run_forever()
+}
+
+/// Adds the admin listener on `addr` (started after `bootstrap`), and the
+/// task that reads the counters its console charts.
+fn add_admin(
+    server: &mut Server,
+    addr: &str,
+    state: &SharedState,
+    metrics: Arc<Metrics>,
+    config_status: Arc<ConfigStatus>,
+    bootstrap: &ServiceHandle,
+) {
+    let history = Arc::new(History::new());
+    let app = AdminApp::new(
+        Arc::clone(&metrics),
+        Arc::clone(state),
+        config_status,
+        Arc::clone(&history),
+    );
+    let mut admin = Service::new("sluice admin".to_string(), app);
+    admin.add_tcp(addr);
+    admin.threads = Some(1);
+    server.add_service(admin).add_dependency(bootstrap);
+    server.add_service(background_service(
+        "sluice console history",
+        Sampler::new(history, Arc::clone(state), metrics),
+    ));
 }
 
 /// Adds the service that connects the limiter to Redis (within its connect

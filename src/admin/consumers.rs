@@ -6,7 +6,8 @@
 //!   body `{"plan": "pro"}` gives the key a plan;
 //! - `GET /v1/consumers/{id}/keys` lists the ids of the consumer's keys;
 //! - `DELETE /v1/consumers/{id}/keys/{key_id}` revokes one: every instance
-//!   refuses it within `cache_ttl`.
+//!   refuses it within `cache_ttl`;
+//! - `GET /v1/consumers` lists the consumers that have keys made here.
 //!
 //! Every call needs `Authorization: Bearer <admin token>`
 //! (`server.admin_token_env`), on any listener address: this API hands out
@@ -14,13 +15,14 @@
 
 use crate::admin::api::{authorize, error, Answer, Guard};
 use crate::config::consumers::valid_id;
+use crate::policy::identity::key_store::RedisKeys;
 use crate::policy::state::GatewayState;
 use http::{Method, StatusCode};
 use serde_json::json;
 
 /// Whether `path` is the consumers API's.
 pub fn handles(path: &str) -> bool {
-    path.starts_with("/v1/consumers/")
+    path == "/v1/consumers" || path.starts_with("/v1/consumers/")
 }
 
 /// Answers one call: `method` on `path`, with the `Authorization` header's
@@ -43,6 +45,9 @@ pub async fn answer(
             json!({ "reason": reason }),
         );
     };
+    if path == "/v1/consumers" {
+        return list(store, state, method).await;
+    }
     let parts: Vec<&str> = path
         .trim_start_matches("/v1/consumers/")
         .split('/')
@@ -93,6 +98,25 @@ pub async fn answer(
         log::warn!("consumers API: Redis could not answer: {e}");
         error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", json!({}))
     })
+}
+
+/// `GET /v1/consumers`: the consumers with keys made here.
+async fn list(store: &RedisKeys, state: &GatewayState, method: &Method) -> Answer {
+    if method != Method::GET {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            json!({}),
+        );
+    }
+    store
+        .consumers(&state.decider)
+        .await
+        .map(|ids| (StatusCode::OK, json!({ "consumers": ids })))
+        .unwrap_or_else(|e| {
+            log::warn!("consumers API: Redis could not answer: {e}");
+            error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", json!({}))
+        })
 }
 
 /// A key id: the first 12 lower-case hex digits of a key's hash.

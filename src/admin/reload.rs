@@ -8,6 +8,7 @@
 //! Settings only a restart can apply (listeners, threads, …) are reported and
 //! keep their running values.
 
+use crate::admin::config_status::ConfigStatus;
 use crate::admin::watch::{ConfigWatch, POLL};
 use crate::config::diff::{diff, ConfigDiff};
 use crate::config::{Config, ConfigError};
@@ -62,14 +63,17 @@ struct ReloadJob {
     path: PathBuf,
     state: SharedState,
     metrics: Arc<Metrics>,
+    status: Arc<ConfigStatus>,
 }
 
 impl Reloader {
     /// A reloader of the file at `path`. Installs the `SIGHUP` handler now, so
     /// that a `SIGHUP` arriving at any time after this call (even before the
     /// service runs) triggers a reload rather than the default action, which
-    /// would end the process.
+    /// would end the process. Each reload's outcome is recorded in its
+    /// [`status`](Self::status).
     pub fn new(path: PathBuf, state: SharedState, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        let status = Arc::new(ConfigStatus::new(&path));
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, write)?;
@@ -81,6 +85,7 @@ impl Reloader {
                 path,
                 state,
                 metrics,
+                status,
             },
             hangups: Mutex::new(Some(read)),
         })
@@ -91,6 +96,11 @@ impl Reloader {
     /// outcome is counted. Blocks while the file is read and names resolve.
     pub fn reload(&self) -> Result<ConfigDiff, ReloadError> {
         self.job.reload()
+    }
+
+    /// The running file's generation and its reloads' outcomes.
+    pub fn status(&self) -> Arc<ConfigStatus> {
+        Arc::clone(&self.job.status)
     }
 }
 
@@ -154,7 +164,18 @@ impl ReloadJob {
     /// Reloads and logs the outcome, and why it reloads (`cause`).
     fn reload_and_log(&self, cause: &str) {
         log::info!("{cause}: reloading {}", self.path.display());
-        match self.reload() {
+        let result = self.reload();
+        match &result {
+            Ok(changes) => self.status.reloaded(
+                cause,
+                changes.applied.clone(),
+                changes.needs_restart.clone(),
+            ),
+            Err(e) => self
+                .status
+                .refused(cause, e.to_string().lines().map(str::to_string).collect()),
+        }
+        match result {
             Ok(changes) => {
                 if changes.is_empty() {
                     log::info!("config reloaded: no changes");

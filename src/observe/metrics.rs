@@ -84,6 +84,23 @@ pub struct RedisMetrics {
     pub up: IntGauge,
 }
 
+impl RedisMetrics {
+    /// The round-trip histogram's buckets as (upper bound in seconds,
+    /// cumulative count), the last one `+Inf`.
+    pub fn duration_buckets(&self) -> Vec<(f64, u64)> {
+        use prometheus::core::Metric;
+        let metric = self.duration.metric();
+        let histogram = metric.get_histogram();
+        let mut buckets: Vec<(f64, u64)> = histogram
+            .get_bucket()
+            .iter()
+            .map(|b| (b.upper_bound(), b.cumulative_count()))
+            .collect();
+        buckets.push((f64::INFINITY, histogram.get_sample_count()));
+        buckets
+    }
+}
+
 impl RedisObserver for RedisMetrics {
     fn call_succeeded(&self, elapsed: std::time::Duration) {
         self.duration.observe(elapsed.as_secs_f64());
@@ -123,6 +140,21 @@ impl DecisionLabel {
     }
 }
 
+/// A limit's decisions so far (see [`LimitCounters::totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecisionTotals {
+    /// Admitted (at once or after a delay).
+    pub allowed: u64,
+    /// Denied.
+    pub denied: u64,
+    /// Would have been denied by a shadow limit.
+    pub shadow_denied: u64,
+    /// Decided in process (`backend: local`, or Redis failing with `on_error: local`).
+    pub local: u64,
+    /// Decided by `on_error: allow` or `deny` while Redis failed.
+    pub failed_over: u64,
+}
+
 /// Pre-resolved decision counters of one limit, indexed by decision and source,
 /// so the request path does no label hashing.
 #[derive(Clone)]
@@ -142,6 +174,30 @@ impl LimitCounters {
         if let Some(exempt) = &self.exempt {
             exempt.inc();
         }
+    }
+
+    /// What the limit decided so far, summed over sources: admitted
+    /// (delayed ones included), denied, shadow-denied, and the decisions a
+    /// fallback made (`local`, `fail_open`, `fail_closed`), whatever they said.
+    pub fn totals(&self) -> DecisionTotals {
+        let mut totals = DecisionTotals::default();
+        for (row, decision) in self.rows.iter().enumerate() {
+            for (column, source) in Source::ALL.iter().enumerate() {
+                let index = row * Source::ALL.len() + column;
+                let count = self.counters.get(index).map_or(0, IntCounter::get);
+                match decision {
+                    DecisionLabel::Allow | DecisionLabel::Delayed => totals.allowed += count,
+                    DecisionLabel::Deny => totals.denied += count,
+                    DecisionLabel::ShadowDeny => totals.shadow_denied += count,
+                }
+                match source {
+                    Source::Local => totals.local += count,
+                    Source::FailOpen | Source::FailClosed => totals.failed_over += count,
+                    Source::Redis | Source::DenyCache => {}
+                }
+            }
+        }
+        totals
     }
 
     /// Adds one to the counter of (`decision`, `source`).

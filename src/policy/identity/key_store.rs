@@ -4,7 +4,9 @@
 //! - `<key_prefix>key:<sha256 hex of the key>`: a hash with the fields
 //!   `consumer` (its id) and `plan` (optional);
 //! - `<key_prefix>consumer:<id>:keys`: a set of the hex hashes of the
-//!   consumer's keys (what the admin API lists and revokes by).
+//!   consumer's keys (what the admin API lists and revokes by);
+//! - `<key_prefix>consumers`: a set of the ids of the consumers that have
+//!   keys made through the admin API (what it lists consumers by).
 //!
 //! A lookup's answer is cached in process: a known key for `cache_ttl`, an
 //! unknown one for at most 1 s — so a flood of invented keys costs Redis at
@@ -56,6 +58,10 @@ impl RedisKeys {
 
     fn consumer_set(&self, consumer: &str) -> String {
         format!("{}consumer:{consumer}:keys", self.prefix)
+    }
+
+    fn consumers_set(&self) -> String {
+        format!("{}consumers", self.prefix)
     }
 
     /// The consumer of `key` (the bytes as sent): from the cache while its
@@ -132,7 +138,22 @@ impl RedisKeys {
         let mut sadd = redis::cmd("SADD");
         sadd.arg(self.consumer_set(consumer)).arg(&hash_hex);
         decider.query(sadd, ADMIN_TIMEOUT).await?;
+        let mut index = redis::cmd("SADD");
+        index.arg(self.consumers_set()).arg(consumer);
+        decider.query(index, ADMIN_TIMEOUT).await?;
         Ok((key, hash_hex[..12].to_string()))
+    }
+
+    /// The ids of the consumers with keys made through the admin API, sorted.
+    pub async fn consumers(&self, decider: &Decider) -> Result<Vec<String>, LimiterError> {
+        let mut smembers = redis::cmd("SMEMBERS");
+        smembers.arg(self.consumers_set());
+        let reply = decider.query(smembers, ADMIN_TIMEOUT).await?;
+        let mut ids: Vec<String> = redis::from_redis_value(reply)
+            .map_err(|e| LimiterError::Server(format!("unexpected consumer set: {e}")))?;
+        ids.retain(|id| crate::config::consumers::valid_id(id));
+        ids.sort();
+        Ok(ids)
     }
 
     /// The ids of `consumer`'s keys, sorted.
@@ -170,6 +191,12 @@ impl RedisKeys {
         let mut srem = redis::cmd("SREM");
         srem.arg(self.consumer_set(consumer)).arg(hash_hex);
         decider.query(srem, ADMIN_TIMEOUT).await?;
+        if hashes.len() == 1 {
+            // Its last key: the consumer leaves the list.
+            let mut index = redis::cmd("SREM");
+            index.arg(self.consumers_set()).arg(consumer);
+            decider.query(index, ADMIN_TIMEOUT).await?;
+        }
         let mut cache = self.cache.locked();
         cache.retain(|hash, _| hex(hash) != *hash_hex);
         Ok(true)
