@@ -12,6 +12,7 @@
 //!   cargo bench --bench versus -- --parts redis     # decisions per Redis core
 //!   cargo bench --bench versus -- --parts tracing   # tracing's cost, in instructions
 //!   cargo bench --bench versus -- --parts overhead  # sluice's own cost, in instructions
+//!   cargo bench --bench versus -- --parts console   # what an open console costs
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -71,6 +72,7 @@ mod common;
 mod bare;
 mod capacity;
 mod cases;
+mod console;
 mod edge;
 mod instructions;
 mod load;
@@ -186,6 +188,13 @@ fn run(options: &Options) {
         let section = overhead::run(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "overhead", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("console") {
+        let section = console::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "console", &section);
         }
         report.push_str(&section);
     }

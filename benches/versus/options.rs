@@ -24,7 +24,9 @@ pub struct Options {
     /// (the rate-limit service against the gateway's own decision), `redis`
     /// (decisions per Redis core, against other limiters' commands) and
     /// `tracing` (what tracing costs a request, in instructions, under
-    /// Callgrind; not run unless named).
+    /// Callgrind; not run unless named), `overhead` (sluice's own cost in
+    /// instructions; not run unless named) and `console` (an open operator
+    /// console's polling against none; not run unless named).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
     pub parts: Vec<String>,
     /// Pinned topology: each server under test on core 0, and Redis, the
@@ -60,10 +62,13 @@ pub struct Options {
 pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 6] = ["limits", "edge", "rls", "redis", "tracing", "overhead"];
+pub const PARTS: [&str; 7] = [
+    "limits", "edge", "rls", "redis", "tracing", "overhead", "console",
+];
 
 /// The parts run when `--parts` is not given (all but `tracing` and
-/// `overhead`, which need valgrind and run the gateway fifty times slower).
+/// `overhead`, which need valgrind and run the gateway fifty times slower,
+/// and `console`, a question asked once).
 const DEFAULT_PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
 
 impl Options {
