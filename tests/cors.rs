@@ -7,12 +7,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
 
+#[path = "console/cdp.rs"]
+mod cdp;
 mod common;
 
+use cdp::Chromium;
 use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -259,43 +261,6 @@ fn serve_page(stream: TcpStream, page: &str) -> Option<String> {
     report
 }
 
-/// Headless Chromium on `url`, killed on drop.
-struct Browser {
-    child: Child,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    fn open(url: &str) -> Browser {
-        let profile = tempfile::tempdir().expect("profile dir");
-        let child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-            ])
-            .args(["--disable-extensions", "--disable-background-networking"])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium must be on PATH (apt-get install chromium)");
-        Browser {
-            child,
-            _profile: profile,
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_browser_page_reads_an_allowed_answer_and_is_blocked_from_another_origin() {
     let (redis, upstream) = (RedisServer::start(), Upstream::start());
@@ -309,7 +274,9 @@ fn a_browser_page_reads_an_allowed_answer_and_is_blocked_from_another_origin() {
         .replace("SLUICE", &sluice.addr.to_string())
         .replace("OTHER", &format!("127.0.0.1:{other_port}"));
     let pages = PageServer::start(vec![page_listener, other_listener], page);
-    let _browser = Browser::open(&format!("{allowed}/"));
+    let chromium = Chromium::start();
+    let mut tab = chromium.tab();
+    tab.open(&format!("{allowed}/"));
 
     let mut reports = (None, None);
     wait_until(Duration::from_secs(90), "both pages to report", || {

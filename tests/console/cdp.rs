@@ -3,6 +3,8 @@
 //! it, wait for what the page shows, take a screenshot, and see every
 //! dialog and Content-Security-Policy violation the page caused.
 
+#![allow(dead_code)] // each test binary that includes it uses part of it
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

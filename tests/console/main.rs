@@ -62,6 +62,19 @@ fn start(redis: &RedisServer, servers: &[String]) -> Sluice {
     )
 }
 
+/// Redis, an upstream, and sluice ([`start`]) proxying to it.
+fn rig() -> (RedisServer, Upstream, Sluice) {
+    let (redis, upstream) = (RedisServer::start(), Upstream::start());
+    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    (redis, upstream, sluice)
+}
+
+/// The page opened no dialog and broke no rule of its policy.
+fn assert_nothing_ran(tab: &mut Tab) {
+    assert_eq!(tab.dialogs(), Vec::<String>::new());
+    assert_eq!(tab.violations(), json!([]));
+}
+
 fn console_url(sluice: &Sluice) -> String {
     format!("http://{}/console/", sluice.admin)
 }
@@ -103,8 +116,7 @@ fn shows_text(tab: &mut Tab, selector: &str) -> String {
 
 #[test]
 fn every_console_and_api_answer_carries_the_security_headers() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let auth = format!("Bearer {TOKEN}");
     let with_token = [("Authorization", auth.as_str())];
     let answers = [
@@ -168,8 +180,7 @@ fn every_console_and_api_answer_carries_the_security_headers() {
 
 #[test]
 fn without_the_token_the_page_is_locked_and_shows_no_data() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let chromium = Chromium::start();
     let mut tab = chromium.tab();
     tab.open(&console_url(&sluice));
@@ -227,8 +238,7 @@ fn without_the_token_the_page_is_locked_and_shows_no_data() {
 
 #[test]
 fn a_flood_shows_the_limit_denying_and_the_flooder_first() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let chromium = Chromium::start();
     let mut tab = logged_in(&chromium, &sluice);
     // Nothing denied yet: the limit is quiet.
@@ -270,14 +280,12 @@ fn a_flood_shows_the_limit_denying_and_the_flooder_first() {
         shows_text(&mut tab, "#top tbody tr[data-rank='2'] td.key"),
         "header.x-user=bystander"
     );
-    assert_eq!(tab.dialogs(), Vec::<String>::new());
-    assert_eq!(tab.violations(), json!([]));
+    assert_nothing_ran(&mut tab);
 }
 
 #[test]
 fn a_key_that_is_markup_renders_as_text_and_runs_nothing() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let payloads = [
         "<img src=x onerror=alert(1)>",
         "\"><script>window.__pwned=1</script>",
@@ -309,14 +317,12 @@ fn a_key_that_is_markup_renders_as_text_and_runs_nothing() {
     );
     assert_eq!(tab.eval("typeof window.__pwned"), json!("undefined"));
     assert_eq!(tab.eval("typeof window.__pwned2"), json!("undefined"));
-    assert_eq!(tab.dialogs(), Vec::<String>::new());
-    assert_eq!(tab.violations(), json!([]));
+    assert_nothing_ran(&mut tab);
 }
 
 #[test]
 fn a_reset_from_the_page_clears_the_keys_usage() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     send_as(&sluice, "mallory", 8);
     let usage = "/v1/usage?route=api&limit=per-user&header.x-user=mallory";
     assert_eq!(admin(&sluice, "GET", usage).1["remaining"], 0);
@@ -421,8 +427,7 @@ fn an_ejected_upstream_server_shows_as_out_and_why() {
 
 #[test]
 fn a_refused_reload_shows_its_file_line_and_column() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let chromium = Chromium::start();
     let mut tab = logged_in(&chromium, &sluice);
     assert!(shows_text(&mut tab, "#config").contains("none since start"));
@@ -472,8 +477,7 @@ fn a_refused_reload_shows_its_file_line_and_column() {
 
 #[test]
 fn consumers_are_listed_created_and_revoked_from_the_page() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let chromium = Chromium::start();
     let mut tab = logged_in(&chromium, &sluice);
     tab.click("nav button[data-view='consumers']");
@@ -705,8 +709,7 @@ impl Drop for Load {
 
 #[test]
 fn a_screenshot_of_the_overview_under_load() {
-    let (redis, upstream) = (RedisServer::start(), Upstream::start());
-    let sluice = start(&redis, &[upstream.addr.to_string()]);
+    let (_redis, _upstream, sluice) = rig();
     let chromium = Chromium::start();
     let mut tab = logged_in(&chromium, &sluice);
     let load = Load::start(sluice.addr);
