@@ -531,6 +531,18 @@ fn consumers_are_listed_created_and_revoked_from_the_page() {
     )));
 }
 
+/// The key `usage` names still has nothing left (no token needed: this
+/// instance has none, on loopback).
+fn assert_still_denied(sluice: &Sluice, usage: &str) {
+    let response = get(sluice.admin, usage, &[]);
+    let after: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(
+        (response.status, after["remaining"].clone()),
+        (200, json!(0)),
+        "{after}"
+    );
+}
+
 /// Serves `page` at `/` on a port of its own: another origin.
 fn serve_other_origin(page: String) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -621,15 +633,7 @@ fn a_page_of_another_origin_changes_nothing() {
         !log.contains("admin API: DELETE /v1/usage"),
         "a DELETE reached the API:\n{log}"
     );
-    let (status, after) = {
-        let r = get(sluice.admin, usage, &[]);
-        (r.status, serde_json::from_str::<Value>(&r.body).unwrap())
-    };
-    assert_eq!(
-        (status, after["remaining"].clone()),
-        (200, json!(0)),
-        "{after}"
-    );
+    assert_still_denied(&sluice, usage);
 
     // On the wire: another origin's state change, or a name that is not
     // loopback when no token is set (DNS rebinding), is refused.
@@ -650,15 +654,7 @@ fn a_page_of_another_origin_changes_nothing() {
     assert_eq!(fetched.status, 403, "{}", fetched.body);
     let rebound = get(sluice.admin, usage, &[("Host", "evil.example:80")]);
     assert_eq!(rebound.status, 403, "{}", rebound.body);
-    let (status, after) = {
-        let r = get(sluice.admin, usage, &[]);
-        (r.status, serde_json::from_str::<Value>(&r.body).unwrap())
-    };
-    assert_eq!(
-        (status, after["remaining"].clone()),
-        (200, json!(0)),
-        "{after}"
-    );
+    assert_still_denied(&sluice, usage);
     let own = request(sluice.admin, "DELETE", usage, &[("Origin", &admin_origin)]);
     assert_eq!(
         own.status, 200,
