@@ -62,6 +62,14 @@ fn balance_name(balance: &Balance) -> &'static str {
     }
 }
 
+/// "1 failure", "3 failures".
+fn failures(count: u32) -> String {
+    match count {
+        1 => "1 failure".to_string(),
+        n => format!("{n} failures"),
+    }
+}
+
 /// Each server as written, with its addresses and their health.
 fn servers(upstream: &Upstream, now: Instant) -> Vec<serde_json::Value> {
     let resolved = upstream.servers.current();
@@ -80,8 +88,9 @@ fn servers(upstream: &Upstream, now: Instant) -> Vec<serde_json::Value> {
                     let ejection = upstream.passive.ejection(r.addr, now);
                     let why = match (&ejection, checked && !passes) {
                         (Some(e), _) => Some(format!(
-                            "{} failures within fail_timeout, the last {}",
-                            upstream.config.max_fails, e.last_failure
+                            "{} within fail_timeout, the last {}",
+                            failures(upstream.config.max_fails),
+                            e.last_failure
                         )),
                         (None, true) => Some("the health check fails".to_string()),
                         (None, false) => None,

@@ -280,6 +280,42 @@ fn a_flood_shows_the_limit_denying_and_the_flooder_first() {
         shows_text(&mut tab, "#top tbody tr[data-rank='2'] td.key"),
         "header.x-user=bystander"
     );
+    // Per limit: the filter lists each with its denials; the shadow limit
+    // denied nobody, so its list is empty.
+    let options = tab.eval(
+        "Array.from(document.querySelectorAll('#top-filter option')).map(o => o.textContent)",
+    );
+    assert_eq!(
+        options,
+        json!([
+            "every limit",
+            "api / per-user — 27 denied",
+            "api / trial — 0 denied"
+        ])
+    );
+    let choose = |limit: &str| {
+        format!("(() => {{ const s = document.getElementById('top-filter'); s.value = 'route=api&limit={limit}'; s.dispatchEvent(new Event('change')); return true; }})()")
+    };
+    tab.eval(&choose("trial"));
+    tab.wait_for(
+        PATIENCE,
+        "the shadow limit's empty list",
+        "!document.getElementById('top-empty').hidden",
+    );
+    assert_eq!(
+        tab.eval("document.querySelectorAll('#top tbody tr').length"),
+        json!(0)
+    );
+    tab.eval(&choose("per-user"));
+    tab.wait_for(
+        PATIENCE,
+        "the limit's keys",
+        "document.querySelectorAll('#top tbody tr').length === 2",
+    );
+    assert_eq!(
+        shows_text(&mut tab, "#top tbody tr[data-rank='1'] td.key"),
+        "header.x-user=flooder"
+    );
     assert_nothing_ran(&mut tab);
 }
 
@@ -410,7 +446,7 @@ fn an_ejected_upstream_server_shows_as_out_and_why() {
         .to_string();
     assert!(row.contains("out"), "{row}");
     assert!(
-        row.contains("1 failures within fail_timeout, the last Connect"),
+        row.contains("1 failure within fail_timeout, the last Connect"),
         "{row}"
     );
     assert!(row.contains("back in"), "{row}");

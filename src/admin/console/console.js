@@ -218,8 +218,11 @@
         const [status, rates] = await Promise.all([api("GET", "/v1/status"), api("GET", "/v1/rates")]);
         draw(() => renderOverview(status, rates));
       } else if (shown === "limited") {
-        const top = await api("GET", "/v1/top?n=50");
-        draw(() => renderTop(top));
+        const filter = $("top-filter").value;
+        const every = api("GET", "/v1/top?n=50");
+        const one = filter ? api("GET", "/v1/top?n=50&" + filter) : every;
+        const [all, top] = await Promise.all([every, one]);
+        draw(() => renderTop(all.limits, top));
       } else if (shown === "upstreams") {
         const upstreams = await api("GET", "/v1/upstreams");
         draw(() => renderUpstreams(upstreams));
@@ -432,7 +435,33 @@
 
   const usageShown = new Map(); // usage query → its last answer (kept across polls)
 
-  function renderTop(top) {
+  // The limit filter: every limit, with its denials in the last minute.
+  function renderFilter(limits) {
+    const select = $("top-filter");
+    const options = [["", "every limit"]].concat(
+      limits.map((l) => [
+        "route=" + encodeURIComponent(l.route) + "&limit=" + encodeURIComponent(l.limit),
+        `${l.route} / ${l.limit} — ${l.denied} denied`,
+      ])
+    );
+    const same =
+      select.options.length === options.length && options.every(([value], i) => select.options[i].value === value);
+    if (!same) {
+      const chosen = select.value;
+      select.replaceChildren(...options.map(([value, label]) => el("option", null, label)));
+      options.forEach(([value], i) => {
+        select.options[i].value = value;
+      });
+      select.value = options.some(([value]) => value === chosen) ? chosen : "";
+    } else {
+      options.forEach(([, label], i) => {
+        select.options[i].textContent = label;
+      });
+    }
+  }
+
+  function renderTop(limits, top) {
+    renderFilter(limits);
     const body = $("top").tBodies[0];
     const rows = [];
     top.keys.forEach((key, i) => {
@@ -501,7 +530,12 @@
     const settings = [
       field("Balance", upstream.balance),
       field("Health check", upstream.health_check_seconds ? "every " + seconds(upstream.health_check_seconds) : "none (passive only)"),
-      field("Passive", upstream.max_fails ? `out after ${upstream.max_fails} failures within ${seconds(upstream.fail_timeout_seconds)}` : "off"),
+      field(
+        "Passive",
+        upstream.max_fails
+          ? `out after ${upstream.max_fails} ${upstream.max_fails === 1 ? "failure" : "failures"} within ${seconds(upstream.fail_timeout_seconds)}`
+          : "off"
+      ),
       field("DNS refresh", upstream.dns_refresh_seconds ? "every " + seconds(upstream.dns_refresh_seconds) : "at load only"),
       field("Errors", errors, el("span", { class: "muted" }, ` (${since.bad_gateway} × 502, ${since.gateway_timeout} × 504 in all)`)),
     ];
@@ -646,6 +680,8 @@
       refresh();
     });
     $("create").addEventListener("submit", create);
+    $("top-filter").addEventListener("change", () => refresh());
+    $("top-form").addEventListener("submit", (event) => event.preventDefault());
     // A token handed in the fragment of the page already open.
     window.addEventListener("hashchange", () => {
       takeTokenFromFragment();
