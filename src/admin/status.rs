@@ -11,6 +11,7 @@ use crate::admin::config_status::ConfigStatus;
 use crate::admin::history::{growth, quantile, History};
 use crate::config::{Backend, OnError, PathMatch, RouteAction};
 use crate::limiter::{Link, Readiness};
+use crate::observe::metrics::DecisionTotals;
 use crate::policy::state::{CompiledRoute, GatewayState};
 use http::StatusCode;
 use serde_json::json;
@@ -81,6 +82,12 @@ fn last_minute(backend: Backend, history: &History) -> serde_json::Value {
                        "fallback_per_second": null, "p99_redis_seconds": null });
     };
     let seconds = after.seconds_since(&before);
+    // In-process decisions are the fallback only when Redis is the
+    // backend; with `backend: local` they are the rule.
+    let fallback = |t: DecisionTotals| match backend {
+        Backend::Redis => t.local + t.failed_over,
+        Backend::Local => t.failed_over,
+    };
     let (mut decisions, mut fallbacks) = (0, 0);
     for limit in &after.limits {
         let Some(earlier) = before.limit(&limit.route, &limit.limit) else {
@@ -91,13 +98,7 @@ fn last_minute(backend: Backend, history: &History) -> serde_json::Value {
             then.allowed + then.denied + then.shadow_denied,
             now.allowed + now.denied + now.shadow_denied,
         );
-        // In-process decisions are the fallback only when Redis is the
-        // backend; with `backend: local` they are the rule.
-        let local = |t: crate::observe::metrics::DecisionTotals| match backend {
-            Backend::Redis => t.local + t.failed_over,
-            Backend::Local => t.failed_over,
-        };
-        fallbacks += growth(local(then), local(now));
+        fallbacks += growth(fallback(then), fallback(now));
     }
     let p99 = quantile(&before.redis_buckets, &after.redis_buckets, 0.99).map(|s| {
         if s.is_finite() {
