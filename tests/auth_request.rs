@@ -4,7 +4,10 @@
 //! 401 or 403 reaches the client with the service's body and
 //! `WWW-Authenticate`; a slow, failing or absent service never lets a
 //! request in as anonymous on a required identity; the cache cuts the calls
-//! to one per credential per `cache_ttl`.
+//! to one per question (credential, method, target) per `cache_ttl`; the
+//! service is asked about the canonical path the upstream gets, never the
+//! path as the client spelled it, and a cached answer is never replayed for
+//! another path or method.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test may panic on what it did not expect
 
@@ -54,7 +57,7 @@ impl AuthServer {
 fn serve(stream: std::net::TcpStream, calls: &AtomicUsize, targets: &Mutex<Vec<String>>) {
     let mut reader = BufReader::new(&stream);
     loop {
-        let (mut token, mut target) = (String::new(), String::new());
+        let (mut token, mut target, mut method) = (String::new(), String::new(), String::new());
         let mut line = String::new();
         if reader.read_line(&mut line).map_or(true, |n| n == 0) {
             return;
@@ -71,10 +74,17 @@ fn serve(stream: std::net::TcpStream, calls: &AtomicUsize, targets: &Mutex<Vec<S
             if let Some(value) = line.strip_prefix("x-original-uri: ") {
                 target = value.trim().to_string();
             }
+            if let Some(value) = line.strip_prefix("x-original-method: ") {
+                method = value.trim().to_string();
+            }
         }
         calls.fetch_add(1, Ordering::SeqCst);
+        let public_read = method == "GET" && target.starts_with("/public/");
         targets.lock().unwrap().push(target);
         let answer = match token.as_str() {
+            // A token the service allows to read /public/* only.
+            "scoped" if public_read => "HTTP/1.1 200 OK\r\nx-auth-user: scoped\r\nx-auth-plan: pro\r\ncontent-length: 0\r\n\r\n".to_string(),
+            "scoped" => "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n".to_string(),
             "alice" => "HTTP/1.1 200 OK\r\nx-auth-user: alice\r\nx-auth-plan: pro\r\ncontent-length: 0\r\n\r\n".to_string(),
             "bob" => "HTTP/1.1 200 OK\r\nx-auth-user: bob\r\ncontent-length: 0\r\n\r\n".to_string(),
             "nameless" => "HTTP/1.1 204 No Content\r\n\r\n".to_string(),
@@ -101,7 +111,13 @@ fn serve(stream: std::net::TcpStream, calls: &AtomicUsize, targets: &Mutex<Vec<S
 
 /// sluice asking the service on `port`, with `timeout` and `cache_ttl`.
 fn start(port: u16, timeout: &str, cache_ttl: &str) -> Sluice {
-    Sluice::start(&format!(
+    Sluice::start(&config(port, timeout, cache_ttl, "respond: { body: ok }"))
+}
+
+/// The config of [`start`], the route going to `target` (`respond:` or
+/// `upstream:`); an upstream at `upstream` when one is given.
+fn config(port: u16, timeout: &str, cache_ttl: &str, target: &str) -> String {
+    format!(
         r#"identity:
   auth_request:
     url: "http://127.0.0.1:{port}/auth"
@@ -115,11 +131,31 @@ limiter:
   backend: local
 routes:
   - name: api
-    respond: {{ body: ok }}
+    {target}
     limits:
       - {{ name: per-user, key: [user], limit: 1, window: 1m, limit_from: {{ consumer: plan }}, plans: {{ pro: 3 }} }}
 "#
+    )
+}
+
+/// sluice asking the service on `port` and proxying to `upstream`.
+fn start_proxy(port: u16, upstream: &Upstream, cache_ttl: &str) -> Sluice {
+    let body = config(port, "5s", cache_ttl, "upstream: api");
+    Sluice::start(&format!(
+        "upstreams:\n  api:\n    servers: [\"{}\"]\n{body}",
+        upstream.addr
     ))
+}
+
+/// The status of `method path` with the `scoped` token.
+fn scoped(sluice: &Sluice, method: &str, path: &str) -> u16 {
+    request(
+        sluice.addr,
+        method,
+        path,
+        &[("Authorization", "Bearer scoped")],
+    )
+    .status
 }
 
 fn as_user(sluice: &Sluice, token: &str) -> Response {
@@ -236,4 +272,84 @@ fn the_cache_asks_once_per_credential_per_ttl() {
     as_user(&sluice, "mallory");
     as_user(&sluice, "mallory");
     assert_eq!(service.calls(), 4);
+}
+
+#[test]
+fn the_service_is_asked_about_the_path_the_upstream_gets() {
+    let service = AuthServer::start();
+    let upstream = Upstream::start();
+    let sluice = start_proxy(service.port, &upstream, "0s");
+    assert_eq!(scoped(&sluice, "GET", "/admin/x"), 403);
+    // Each spelling of /admin/x through /public/: the service must be told
+    // /admin/x (and refuse), or the request refused before it is asked.
+    for attack in [
+        "/public/../admin/x",
+        "/public/%2e%2e/admin/x",
+        "/public/%2E%2E/admin/x",
+        "/public/.%2e/admin/x",
+        "/public/./../admin/x",
+        "//public/../admin/x",
+        "/public//../../admin/x",
+        "/public/%2e%2e%2fadmin/x",
+        "/public%2f..%2fadmin/x",
+        "/public/..%5cadmin/x",
+        "http://localhost/public/../admin/x",
+    ] {
+        let status = scoped(&sluice, "GET", attack);
+        assert!(matches!(status, 400 | 403), "{attack}: {status}");
+    }
+    assert_eq!(upstream.hits(), 0, "nothing reached the upstream");
+    let asked = service.targets.lock().unwrap().clone();
+    assert!(
+        asked.iter().all(|t| !t.contains("..") && !t.contains("%2")),
+        "the service saw only canonical paths: {asked:?}"
+    );
+    // A second Host is refused before anyone is asked.
+    let twice = request(
+        sluice.addr,
+        "GET",
+        "/public/x",
+        &[
+            ("Authorization", "Bearer scoped"),
+            ("Host", "localhost"),
+            ("Host", "evil.example"),
+        ],
+    );
+    assert_eq!(twice.status, 400, "two Host headers");
+    // What is allowed goes through, the query exactly as sent.
+    assert_eq!(scoped(&sluice, "GET", "/public/./x?a=%2F&b=..&c"), 200);
+    assert_eq!(upstream.targets(), ["/public/x?a=%2F&b=..&c"]);
+    assert_eq!(
+        service.targets.lock().unwrap().last().map(String::as_str),
+        Some("/public/x?a=%2F&b=..&c")
+    );
+}
+
+#[test]
+fn a_cached_answer_is_reused_only_for_the_same_question() {
+    let service = AuthServer::start();
+    let upstream = Upstream::start();
+    let sluice = start_proxy(service.port, &upstream, "30s");
+    assert_eq!(scoped(&sluice, "GET", "/admin/x"), 403);
+    assert_eq!(scoped(&sluice, "GET", "/public/x"), 200, "asked, cached");
+    assert_eq!(service.calls(), 2);
+    assert_eq!(
+        scoped(&sluice, "GET", "/admin/x"),
+        403,
+        "not the cached 2xx"
+    );
+    assert_eq!(scoped(&sluice, "POST", "/public/x"), 403, "another method");
+    assert_eq!(
+        scoped(&sluice, "GET", "/public/x?more"),
+        200,
+        "another query: asked"
+    );
+    assert_eq!(service.calls(), 5, "each new question asked");
+    assert_eq!(
+        scoped(&sluice, "GET", "/public/./x"),
+        200,
+        "the same question, cached"
+    );
+    assert_eq!(service.calls(), 5);
+    assert_eq!(upstream.hits(), 3, "pro: 3 a minute");
 }

@@ -163,7 +163,7 @@ pub(super) async fn establish<'v, 'r>(
             false,
         ),
         (Some(Identity::AuthRequest(service)), _) => {
-            return ask_auth_service(state, service, head, report).await;
+            return ask_auth_service(state, service, view, report).await;
         }
         (Some(method), _) => (
             method.establish(|name| header_values(head, name), trusted),
@@ -173,14 +173,27 @@ pub(super) async fn establish<'v, 'r>(
     })
 }
 
+/// The target the auth service is told: the canonical path the routes and
+/// the upstream see, and the query exactly as sent (everything after the
+/// request target's first `?`; a `?` never occurs before the query).
+fn asked_target(view: &RequestView<'_>) -> Vec<u8> {
+    let raw = view.head.raw_path();
+    let query = raw.iter().position(|&b| b == b'?').map(|q| &raw[q..]);
+    let mut target = Vec::with_capacity(view.path.len() + query.map_or(0, <[u8]>::len));
+    target.extend_from_slice(view.path.as_bytes());
+    target.extend_from_slice(query.unwrap_or_default());
+    target
+}
+
 /// Asks the auth service about the request: who it is, or the service's
 /// refusal as the answer; `true` with an unknown user when it failed.
 pub(super) async fn ask_auth_service<'v, 'r>(
     state: &GatewayState,
     service: &AuthService,
-    head: &RequestHeader,
+    view: &RequestView<'_>,
     report: &mut LimitReport,
 ) -> Result<(Established<'v>, bool), Rejection<'r>> {
+    let head = view.head;
     // A credential header sent twice is never believed: the service would
     // vouch for one value while the upstream might read the other.
     let twice = service
@@ -196,9 +209,9 @@ pub(super) async fn ask_auth_service<'v, 'r>(
         .iter()
         .map(|name| head.headers.get(name.as_str()).map(|v| v.as_bytes()))
         .collect();
-    let target = head.uri.path_and_query().map_or("/", |t| t.as_str());
+    let target = asked_target(view);
     let start = Instant::now();
-    let answer = service.ask(head.method.as_str(), target, &sent).await;
+    let answer = service.ask(head.method.as_str(), &target, &sent).await;
     let result = match &answer {
         AuthAnswer::Known { .. } => "ok",
         AuthAnswer::Refused { .. } => "denied",

@@ -4,14 +4,20 @@
 //!
 //! For each request that carries one of the configured headers (its
 //! credential), sluice sends the service a `GET` with those headers and the
-//! request's method and target (`X-Original-Method`, `X-Original-URI`). A 2xx
+//! request's method and target (`X-Original-Method`, `X-Original-URI`). The
+//! target is the canonical path (dot segments resolved, escapes decoded as
+//! routes see them) with the query as sent: what the upstream is sent, so a
+//! service that allows `/public/*` is never asked about `/public/../admin`
+//! while the upstream serves `/admin`. A 2xx
 //! answer admits it: its `user_header` becomes the `user` (an answer without
 //! one is an invalid identity) and its `plan_header` the plan. A 401 or 403
 //! is passed to the client with the service's body and `WWW-Authenticate`.
 //! Anything else — a timeout, a refused connection, a 5xx, a redirect — is a
 //! failure, never an open door: the request is not known (503 when the
-//! identity is `required`). 2xx answers may be reused for the same
-//! credential (`cache_ttl`, off by default), keyed by a SHA-256 of it.
+//! identity is `required`). 2xx answers may be reused (`cache_ttl`, off by
+//! default) for a request that tells the service exactly the same: the same
+//! credential, method and target, keyed by a SHA-256 of all three — an
+//! answer about one path is never replayed for another.
 
 use crate::config::AuthRequestConfig;
 use crate::observe::metrics::IdentityMetrics;
@@ -106,11 +112,11 @@ impl AuthService {
         &self.config.headers
     }
 
-    /// Asks about a request with `method` and `target` that carries the
-    /// `sent` values of the configured headers (in their order; `None`
-    /// for one it lacks).
-    pub async fn ask(&self, method: &str, target: &str, sent: &[Option<&[u8]>]) -> AuthAnswer {
-        let key = self.credential_key(sent);
+    /// Asks about a request with `method` and `target` (its canonical path
+    /// and query) that carries the `sent` values of the configured headers
+    /// (in their order; `None` for one it lacks).
+    pub async fn ask(&self, method: &str, target: &[u8], sent: &[Option<&[u8]>]) -> AuthAnswer {
+        let key = question_key(method, target, sent);
         if let Some(answer) = self.cached(&key) {
             self.metrics.cached.inc();
             return answer;
@@ -143,7 +149,7 @@ impl AuthService {
         answer
     }
 
-    async fn call(&self, method: &str, target: &str, sent: &[Option<&[u8]>]) -> AuthAnswer {
+    async fn call(&self, method: &str, target: &[u8], sent: &[Option<&[u8]>]) -> AuthAnswer {
         let mut request = self
             .client
             .get(&self.config.url)
@@ -191,21 +197,6 @@ impl AuthService {
         }
     }
 
-    fn credential_key(&self, sent: &[Option<&[u8]>]) -> [u8; 32] {
-        let mut hash = Sha256::new();
-        for value in sent {
-            match value {
-                Some(value) => {
-                    hash.update([1]);
-                    hash.update((value.len() as u64).to_be_bytes());
-                    hash.update(value);
-                }
-                None => hash.update([0]),
-            }
-        }
-        hash.finalize().into()
-    }
-
     fn cached(&self, key: &[u8; 32]) -> Option<AuthAnswer> {
         if self.config.cache_ttl.is_zero() {
             return None;
@@ -229,6 +220,28 @@ impl AuthService {
             cache.insert(key, (Instant::now(), answer.clone()));
         }
     }
+}
+
+/// The cache key of one question to the service: everything it is told
+/// (method, target, each credential header's value or its absence), each
+/// length-prefixed so that no two questions share a key.
+fn question_key(method: &str, target: &[u8], sent: &[Option<&[u8]>]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for field in [method.as_bytes(), target] {
+        hash.update((field.len() as u64).to_be_bytes());
+        hash.update(field);
+    }
+    for value in sent {
+        match value {
+            Some(value) => {
+                hash.update([1]);
+                hash.update((value.len() as u64).to_be_bytes());
+                hash.update(value);
+            }
+            None => hash.update([0]),
+        }
+    }
+    hash.finalize().into()
 }
 
 /// The first [`MAX_BODY`] bytes of a response's body.
