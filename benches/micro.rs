@@ -98,6 +98,7 @@ fn key_building(c: &mut Criterion) {
                 "sms-send",
                 "per-ip",
                 &ip,
+                &[],
                 black_box(&parts),
                 true,
             )
@@ -110,6 +111,7 @@ fn key_building(c: &mut Criterion) {
                 "sms-send",
                 "per-user",
                 &user_and_header,
+                &[],
                 black_box(&parts),
                 true,
             )
@@ -122,6 +124,7 @@ fn key_building(c: &mut Criterion) {
                 "sms-send",
                 "per-user",
                 &[KeyPart::User],
+                &[],
                 black_box(&long_user),
                 true,
             )

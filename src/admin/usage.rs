@@ -189,7 +189,15 @@ fn key_and_quota(
     };
     let (scope, name) = counter_name(route, c);
     let prefix = &state.config.limiter.redis.key_prefix;
-    let key = match build_key(prefix, scope, name, &c.key, &parts, false) {
+    let key = match build_key(
+        prefix,
+        scope,
+        name,
+        &c.key,
+        &c.credential_parts,
+        &parts,
+        false,
+    ) {
         Ok(Some(key)) => key,
         _ => return Err(error(StatusCode::BAD_REQUEST, "bad_part", json!({}))),
     };

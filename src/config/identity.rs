@@ -57,6 +57,54 @@ impl IdentityConfig {
     }
 
     /// The `api_key` method, to fill in its consumers file.
+    /// Whether this method refuses a request without a valid credential;
+    /// of a list, whether any method does — and then every method does:
+    /// an invalid credential of an optional method in such a list is
+    /// refused too, never served as anonymous.
+    pub fn required(&self) -> bool {
+        match self {
+            IdentityConfig::Jwt(jwt) => jwt.required,
+            IdentityConfig::ApiKey(keys) => keys.required,
+            IdentityConfig::ClientCert { required, .. } => *required,
+            IdentityConfig::AuthRequest(auth) => auth.required,
+            IdentityConfig::Several(methods) => methods.iter().any(IdentityConfig::required),
+            IdentityConfig::None | IdentityConfig::Header(_) => false,
+        }
+    }
+
+    /// Whether key part `part` reads a credential: the `Authorization` or
+    /// `Proxy-Authorization` header, the `Cookie` header or any cookie, the
+    /// JWT's header, the API key's header or query parameter, or a header
+    /// the auth service is sent. Such a value is only ever kept, shown or
+    /// stored as its hash.
+    pub fn reads_credential(&self, part: &super::KeyPart) -> bool {
+        use super::consumers::KeySource;
+        use super::KeyPart;
+        let methods = self.methods();
+        match part {
+            KeyPart::Cookie(_) => true,
+            KeyPart::Header(name) => {
+                let is = |other: &str| name.eq_ignore_ascii_case(other);
+                is("authorization")
+                    || is("proxy-authorization")
+                    || is("cookie")
+                    || methods.iter().any(|m| match m {
+                        IdentityConfig::Jwt(jwt) => is(&jwt.header),
+                        IdentityConfig::ApiKey(keys) => {
+                            matches!(&keys.source, KeySource::Header(h) if is(h))
+                        }
+                        IdentityConfig::AuthRequest(auth) => auth.headers.iter().any(|h| is(h)),
+                        _ => false,
+                    })
+            }
+            KeyPart::Query(name) => methods.iter().any(|m| {
+                matches!(m, IdentityConfig::ApiKey(keys)
+                    if matches!(&keys.source, KeySource::Query(q) if q == name))
+            }),
+            _ => false,
+        }
+    }
+
     pub(super) fn api_key_mut(&mut self) -> Option<&mut super::consumers::ApiKeyConfig> {
         match self {
             IdentityConfig::ApiKey(keys) => Some(keys),

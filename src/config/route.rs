@@ -159,6 +159,12 @@ pub struct LimitConfig {
     pub name: String,
     /// Key parts (non-empty).
     pub key: Vec<KeyPart>,
+    /// For each of `key`'s parts, whether it reads a credential (see
+    /// [`IdentityConfig::reads_credential`](crate::config::IdentityConfig::reads_credential)):
+    /// such a value enters the counter key, and so Redis, the top keys and
+    /// every admin answer, only as its hash. Filled in once the identity
+    /// is known; a part beyond its end is not a credential.
+    pub credential_parts: Vec<bool>,
     /// Units admitted per window (≥ 1).
     pub limit: u64,
     /// Window length (≥ 1 ms).

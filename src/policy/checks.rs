@@ -90,15 +90,23 @@ pub(super) fn keys_of(
         let c = &limit.config;
         let (scope, name) = counter_name(route, c);
         let on_missing_ip = c.on_missing == OnMissing::Ip;
-        build_key(prefix, scope, name, &c.key, parts, on_missing_ip)
-            .map(|key| {
-                key.map(|key| Keyed {
-                    index: i,
-                    key,
-                    applied: applied_limit(c, parts, plan),
-                })
+        build_key(
+            prefix,
+            scope,
+            name,
+            &c.key,
+            &c.credential_parts,
+            parts,
+            on_missing_ip,
+        )
+        .map(|key| {
+            key.map(|key| Keyed {
+                index: i,
+                key,
+                applied: applied_limit(c, parts, plan),
             })
-            .transpose()
+        })
+        .transpose()
     };
     route.limits.iter().enumerate().filter_map(key_of).collect()
 }

@@ -1,6 +1,9 @@
 //! The counter key of one limit for one request (docs/architecture.md,
 //! "Keys"): the route's and limit's names and the key parts' values, each
-//! value kept as it is only when short and safe, else hashed.
+//! value kept as it is only when short, safe and not a credential, else
+//! hashed. A credential (see `IdentityConfig::reads_credential`) is always
+//! hashed here, where every key is made: Redis, the top keys and every
+//! admin answer read keys, never the values behind them.
 //!
 //! Every function is total: any byte sequence a client can send produces a
 //! bounded, Redis-safe key, and distinct part lists give distinct keys.
@@ -30,7 +33,6 @@ fn is_safe(value: &[u8]) -> bool {
 /// one, and `|` (the part separator) occurs in neither: distinct part lists
 /// give distinct keys (up to 128-bit hash collisions).
 pub(crate) fn push_part(out: &mut String, value: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     if is_safe(value) {
         // Safe bytes are ASCII, so this never fails.
         if let Ok(text) = std::str::from_utf8(value) {
@@ -38,6 +40,12 @@ pub(crate) fn push_part(out: &mut String, value: &[u8]) {
             return;
         }
     }
+    push_hashed(out, value);
+}
+
+/// Appends `value` to `out` as `#` + hex SHA-256 prefix, whatever it is.
+pub(crate) fn push_hashed(out: &mut String, value: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(value);
     out.reserve(1 + HASH_HEX_LEN);
     out.push('#');
@@ -53,7 +61,9 @@ pub(crate) fn push_part(out: &mut String, value: &[u8]) {
 pub struct AmbiguousPart(pub String);
 
 /// The counter key of one limit for one request:
-/// `prefix + "{" + route + ":" + limit + ":" + parts + "}"`.
+/// `prefix + "{" + route + ":" + limit + ":" + parts + "}"`. A part whose
+/// `credential` flag is set (by index; one beyond its end is not) is
+/// hashed whatever its value.
 ///
 /// Returns `Ok(None)` when a part is missing and `substitute_ip` is false (the
 /// limit is skipped), and an error when a part is ambiguous (see
@@ -67,6 +77,7 @@ pub fn build_key(
     route: &str,
     limit: &str,
     parts: &[KeyPart],
+    credential: &[bool],
     request: &RequestParts<'_>,
     substitute_ip: bool,
 ) -> Result<Option<String>, AmbiguousPart> {
@@ -83,7 +94,13 @@ pub fn build_key(
             key.push('|');
         }
         match part_value(part, request) {
-            PartValue::One(value) if !value.is_empty() => push_part(&mut key, &value),
+            PartValue::One(value) if !value.is_empty() => {
+                if credential.get(i) == Some(&true) {
+                    push_hashed(&mut key, &value);
+                } else {
+                    push_part(&mut key, &value);
+                }
+            }
             PartValue::Ambiguous => return Err(AmbiguousPart(part.label())),
             _ if substitute_ip => {
                 key.push_str("ip=");
@@ -118,6 +135,7 @@ mod tests {
             "r",
             "l",
             &[KeyPart::Header("k".into()), KeyPart::Method],
+            &[],
             &parts,
             substitute,
         )
@@ -137,7 +155,7 @@ mod tests {
             param: &|_| Some("42"),
             client_cert: None,
         };
-        let key = |part: KeyPart| build_key("s:", "r", "l", &[part], &parts, true);
+        let key = |part: KeyPart| build_key("s:", "r", "l", &[part], &[], &parts, true);
         assert_eq!(
             key(KeyPart::Query("k".into())),
             Err(AmbiguousPart("query.k".into()))
@@ -180,6 +198,36 @@ mod tests {
         }
         // Distinct values stay distinct.
         assert_ne!(key_for(Some(b"\x00"), false), key_for(Some(b"\x01"), false));
+    }
+
+    #[test]
+    fn a_credential_is_hashed_however_short_and_safe() {
+        let parts = RequestParts {
+            ip: "1.2.3.4",
+            user: None,
+            method: "GET",
+            path: b"/x",
+            header: &|_| Some(&b"sk_live_abc"[..]),
+            query: b"",
+            cookie: &|_| PartValue::Missing,
+            param: &|_| None,
+            client_cert: None,
+        };
+        let key = |credential: &[bool]| {
+            let parts_read = [KeyPart::Header("x-api-key".into()), KeyPart::Method];
+            build_key("s:", "r", "l", &parts_read, credential, &parts, false).unwrap()
+        };
+        assert_eq!(key(&[]).unwrap(), "s:{r:l:sk_live_abc|GET}");
+        let hashed = key(&[true, false]).unwrap();
+        assert!(!hashed.contains("sk_live"), "{hashed}");
+        assert!(
+            hashed.starts_with("s:{r:l:#") && hashed.ends_with("|GET}"),
+            "{hashed}"
+        );
+        // The same hash an unsafe value gets: one spelling per value.
+        let mut alone = String::new();
+        push_hashed(&mut alone, b"sk_live_abc");
+        assert!(hashed.contains(&alone), "{hashed} {alone}");
     }
 
     #[test]

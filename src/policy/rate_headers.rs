@@ -83,6 +83,7 @@ mod tests {
         LimitConfig {
             name: name.into(),
             key: vec![KeyPart::Ip],
+            credential_parts: vec![false],
             limit,
             window: Duration::from_secs(secs),
             algorithm,

@@ -1,13 +1,15 @@
 //! The keys a request was denied under, kept for `/v1/top` and the
 //! console with their parts as the request carried them — so an operator
 //! sees the flooding header value, not only its hash — except credentials,
-//! which are shown only as a hash prefix: the `Authorization` and
-//! `Proxy-Authorization` headers, the JWT's header, the API key's header
-//! or query parameter, and every cookie.
+//! which are shown only as a hash prefix: the parts the limit marks as
+//! reading one (the `Authorization` and `Proxy-Authorization` headers, the
+//! JWT's header, the API key's header or query parameter, every cookie and
+//! every header the auth service is sent), the same parts its counter key
+//! hashes.
 
 use super::checks::{counter_name, with_request_parts, Keyed};
 use super::RequestView;
-use crate::config::KeyPart;
+use crate::config::{KeyPart, LimitConfig};
 use crate::observe::top_keys::{parts_of, Shown, ShownPart};
 use crate::policy::state::{CompiledRoute, GatewayState};
 use crate::request::parts::{part_value, PartValue, RequestParts};
@@ -39,18 +41,21 @@ pub(super) fn record_denied(
         let parts = parts_of(&keyed.key, counter_name(route, &limit.config));
         limit.denied.record_with(parts, now, || {
             with_request_parts(state, route, view, client, user, |request| {
-                shown_parts(state, &limit.config.key, request)
+                shown_parts(&limit.config, request)
             })
         });
     }
 }
 
-/// How each of `parts` of `request` is shown.
-fn shown_parts(state: &GatewayState, parts: &[KeyPart], request: &RequestParts<'_>) -> Shown {
-    parts
+/// How each part of `limit`'s key in `request` is shown.
+fn shown_parts(limit: &LimitConfig, request: &RequestParts<'_>) -> Shown {
+    let credential = |i: usize| limit.credential_parts.get(i) == Some(&true);
+    limit
+        .key
         .iter()
-        .map(|part| match part_value(part, request) {
-            PartValue::One(value) if is_credential(state, part) => hidden(&value),
+        .enumerate()
+        .map(|(i, part)| match part_value(part, request) {
+            PartValue::One(value) if credential(i) => hidden(&value),
             // An IPv6 client is keyed by its prefix, which the usage API
             // does not take as an address.
             PartValue::One(value) if *part == KeyPart::Ip => ShownPart {
@@ -95,29 +100,6 @@ fn hidden(value: &[u8]) -> ShownPart {
     ShownPart {
         text: format!("sha256:{}", &hex[..HASH_PREFIX]),
         exact: false,
-    }
-}
-
-/// Whether `part` carries a credential.
-fn is_credential(state: &GatewayState, part: &KeyPart) -> bool {
-    let identity = &state.config.identity;
-    match part {
-        KeyPart::Cookie(_) => true,
-        KeyPart::Header(name) => {
-            let jwt = identity.jwt().is_some_and(|jwt| jwt.header.eq_ignore_ascii_case(name));
-            let api_key = identity.api_key().is_some_and(|keys| {
-                matches!(&keys.source, crate::config::consumers::KeySource::Header(h) if h.eq_ignore_ascii_case(name))
-            });
-            name.eq_ignore_ascii_case("authorization")
-                || name.eq_ignore_ascii_case("proxy-authorization")
-                || name.eq_ignore_ascii_case("cookie")
-                || jwt
-                || api_key
-        }
-        KeyPart::Query(name) => identity.api_key().is_some_and(|keys| {
-            matches!(&keys.source, crate::config::consumers::KeySource::Query(q) if q == name)
-        }),
-        _ => false,
     }
 }
 

@@ -78,6 +78,7 @@ pub(super) fn limit(
     let (max_delay, max_waiting) = on_limit(c, path, f, kind);
     LimitConfig {
         name: f.name.clone(),
+        credential_parts: Vec::new(),
         key,
         limit,
         window,

@@ -68,7 +68,8 @@ pub(super) fn validate(
         server: &server,
         upstreams: &upstreams,
     };
-    let routes = route::routes(&mut c, &file.routes, &context);
+    let mut routes = route::routes(&mut c, &file.routes, &context);
+    mark_credential_parts(&mut routes, &identity);
     if identity == IdentityConfig::None {
         warn_user_keys_without_identity(&mut c, &routes);
     }
@@ -126,6 +127,17 @@ fn check_route_sources(
                 _ => {}
             }
         }
+    }
+}
+
+/// Marks, in every limit, the key parts that read a credential.
+fn mark_credential_parts(routes: &mut [RouteConfig], identity: &IdentityConfig) {
+    for limit in routes.iter_mut().flat_map(|route| route.limits.iter_mut()) {
+        limit.credential_parts = limit
+            .key
+            .iter()
+            .map(|part| identity.reads_credential(part))
+            .collect();
     }
 }
 
