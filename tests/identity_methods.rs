@@ -178,3 +178,58 @@ fn a_list_of_methods_is_checked_where_written() {
         );
     }
 }
+
+#[test]
+fn a_junk_credential_of_an_optional_method_never_skips_a_required_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start();
+    let consumers = consumers_file(dir.path());
+    let addr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let identity = format!(
+        "identity:\n  - jwt: {{ algorithms: [HS256], required: false }}\n  - api_key: {{ header: x-api-key, file: \"{}\", required: true }}\n",
+        consumers.display()
+    );
+    let routes = format!(
+        "limiter:\n  backend: local\nupstreams:\n  api: {{ servers: [\"{}\"] }}\nroutes:\n  - name: api\n    upstream: api\n",
+        upstream.addr
+    );
+    let text = format!("{}{identity}{routes}", server_section(addr, admin));
+    // `--check` says what the mix means.
+    let dir_of_config = tempfile::tempdir().unwrap();
+    let path = dir_of_config.path().join("sluice.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .env("SLUICE_JWT_SECRET", SECRET)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("warning") && out.contains("`jwt` is optional but another method"),
+        "{out}"
+    );
+    let sluice = Sluice::start_with(&text, addr, admin, &[("SLUICE_JWT_SECRET", SECRET)]);
+    let status = |headers: &[(&str, &str)]| sluice.get("/orders", headers).status;
+    assert_eq!(status(&[]), 401, "no credential");
+    let expired = format!("Bearer {}", token("alice", now() - 120));
+    for junk in [
+        "Bearer garbage",
+        "Bearer ",
+        "Basic YWxpY2U6cHc=",
+        expired.as_str(),
+    ] {
+        assert_eq!(status(&[("Authorization", junk)]), 401, "{junk}");
+    }
+    let twice = [("Authorization", "Bearer a"), ("Authorization", "Bearer b")];
+    assert_eq!(status(&twice), 401, "a token sent twice");
+    assert_eq!(upstream.hits(), 0, "nothing went upstream anonymously");
+    // Valid credentials of either method are served.
+    let alice = format!("Bearer {}", token("alice", now() + 300));
+    assert_eq!(status(&[("Authorization", &alice)]), 200);
+    assert_eq!(status(&[("X-Api-Key", ACME_KEY)]), 200);
+    assert_eq!(upstream.hits(), 2);
+}

@@ -66,9 +66,11 @@ pub(super) async fn identify<'v, 'r>(
     let method = deciding_method(state, view, trusted);
     report.identity = method.map(Identity::name);
     let (established, service_failed) = establish(state, method, view, trusted, report).await?;
-    // Who must be known: the deciding method's rule, or (no credential at
-    // all) whether any method requires one.
-    let required = method.map_or(state.identity.required(), Identity::required);
+    // Who must be known: once any method is required, every request — one
+    // with no credential, or with an invalid one of any method, optional or
+    // not — is refused unless it is known. An optional method never lets a
+    // junk credential skip the required one.
+    let required = state.identity.required();
     let method_name = method.map_or("none", Identity::name);
     state
         .identity_decisions

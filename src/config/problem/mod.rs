@@ -466,6 +466,9 @@ pub(crate) enum ProblemKind {
     /// A URL sluice cannot ask.
     #[error("`{0}` is not an http:// or https:// URL with a host")]
     BadUrl(String),
+    /// Warning: an optional method in a list with a required one.
+    #[error("`{0}` is optional but another method in the list is required: every request must then be known, so an invalid `{0}` credential is refused (401) and a request without any credential too; say `required: true` to make that plain")]
+    OptionalBesideRequired(&'static str),
     /// An identity method listed twice.
     #[error("`identity` lists `{0}` twice: each kind of credential is tried once")]
     IdentityListedTwice(&'static str),

@@ -336,7 +336,32 @@ pub(super) fn identity(c: &mut Checker, f: Option<&IdentityMethods>) -> Identity
                 seen.push(kind);
                 configs.push(config);
             }
+            warn_optional_beside_required(c, &root, &configs);
             IdentityConfig::Several(configs)
+        }
+    }
+}
+
+/// A list that mixes required and optional methods: once one is required,
+/// the optional ones' `required: false` changes nothing (an invalid
+/// credential of any method is refused), which is worth saying.
+fn warn_optional_beside_required(c: &mut Checker, root: &KeyPath, methods: &[IdentityConfig]) {
+    if !methods.iter().any(IdentityConfig::required) {
+        return;
+    }
+    for (i, method) in methods.iter().enumerate() {
+        let kind = match method {
+            IdentityConfig::Jwt(_) => "jwt",
+            IdentityConfig::ApiKey(_) => "api_key",
+            IdentityConfig::ClientCert { .. } => "client_cert",
+            IdentityConfig::AuthRequest(_) => "auth_request",
+            _ => continue,
+        };
+        if !method.required() {
+            c.warning(
+                &root.index(i).key(kind),
+                ProblemKind::OptionalBesideRequired(kind),
+            );
         }
     }
 }

@@ -298,8 +298,9 @@ impl Identity {
     }
 
     /// Whether a request without a valid identity must be refused (401): of
-    /// one method, whether it is `required`; of several, whether any is (a
-    /// request that carries no credential at all).
+    /// one method, whether it is `required`; of several, whether any is —
+    /// then a request with no credential, or an invalid one of any method,
+    /// is refused.
     pub fn required(&self) -> bool {
         match self {
             Identity::Jwt(v) => v.required,
