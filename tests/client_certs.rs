@@ -216,3 +216,129 @@ fn client_auth_and_certificate_identity_are_checked() {
         "{out}"
     );
 }
+
+/// A kept-alive TLS connection of `openssl s_client` presenting the
+/// certificate `cert` with the key `key`; requests are written to it one
+/// at a time.
+struct KeptConnection {
+    child: std::process::Child,
+    reader: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl KeptConnection {
+    fn open(dir: &Path, tls: SocketAddr, cert: &str, key: &str) -> Self {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-quiet", "-connect", &tls.to_string()])
+            .args(["-servername", "api.example.test"])
+            .arg("-cert")
+            .arg(dir.join(format!("{cert}.crt")))
+            .arg("-key")
+            .arg(dir.join(format!("{key}.key")))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl must be on PATH");
+        let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        KeptConnection { child, reader }
+    }
+
+    /// Sends `GET /` and returns the status.
+    fn get(&mut self) -> u16 {
+        use std::io::{Read, Write};
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b"GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+            .unwrap();
+        stdin.flush().unwrap();
+        let (status_line, length) = read_head(&mut self.reader).expect("a response");
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        status_line.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for KeptConnection {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_certificate_is_an_identity_only_on_the_connection_and_listener_that_verified_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let upstream = Upstream::start();
+    // A: required, trusts `ca`. B: optional, trusts `rogue`. C: required,
+    // trusts `rogue`.
+    let listeners: Vec<SocketAddr> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
+        .collect();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let mut server = String::from("  tls:\n");
+    for (listen, ca, mode) in [
+        (listeners[0], "ca.crt", "required"),
+        (listeners[1], "rogue.crt", "optional"),
+        (listeners[2], "rogue.crt", "required"),
+    ] {
+        server.push_str(&format!(
+            "    - listen: \"{listen}\"\n      certs:\n        - {{ cert: \"{}\", key: \"{}\" }}\n      client_auth: {{ ca: \"{}\", mode: {mode} }}\n",
+            file("server.crt"),
+            file("server.key"),
+            file(ca),
+        ));
+    }
+    let body = format!(
+        r#"
+identity:
+  client_cert: {{ from: san_uri, required: false }}
+limiter: {{ backend: local }}
+upstreams:
+  api: {{ servers: ["{}"] }}
+routes:
+  - name: api
+    upstream: api
+    request_headers: {{ set: {{ x-user: "{{user}}" }} }}
+"#,
+        upstream.addr
+    );
+    let _sluice = Sluice::start_with_server(&server, &body, &[]);
+    for tls in &listeners {
+        wait_until(Duration::from_secs(10), "the TLS listeners", || {
+            TcpStream::connect(tls).is_ok()
+        });
+    }
+    let (a, b, c) = (listeners[0], listeners[1], listeners[2]);
+    let alice = "spiffe://example.test/alice";
+    let bob = "spiffe://example.test/bob";
+
+    // alice's certificate on B, whose CA did not sign it: no identity...
+    let mut on_b = KeptConnection::open(dir.path(), b, "alice", "alice");
+    assert_eq!(on_b.get(), 200);
+    assert_eq!(upstream.last_header("x-user"), None);
+    // ... and still none after the same certificate was verified on A.
+    let on_a = curl(dir.path(), a, "--http1.1", Some("alice"));
+    assert_eq!(on_a, "200");
+    assert_eq!(upstream.last_header("x-user").as_deref(), Some(alice));
+    assert_eq!(on_b.get(), 200);
+    assert_eq!(
+        upstream.last_header("x-user"),
+        None,
+        "A's verification on B"
+    );
+
+    // bob verified on A keeps his identity whatever fails elsewhere: his
+    // certificate refused at C, whose CA did not sign it.
+    let mut bob_on_a = KeptConnection::open(dir.path(), a, "bob", "bob");
+    assert_eq!(bob_on_a.get(), 200);
+    assert_eq!(upstream.last_header("x-user").as_deref(), Some(bob));
+    assert_eq!(curl(dir.path(), c, "--http1.1", Some("bob")), "000");
+    assert_eq!(curl(dir.path(), c, "--http2", Some("bob")), "000");
+    assert_eq!(bob_on_a.get(), 200);
+    assert_eq!(
+        upstream.last_header("x-user").as_deref(),
+        Some(bob),
+        "a failed handshake elsewhere took bob's identity"
+    );
+}

@@ -6,7 +6,7 @@ use crate::config::forward::CorsPolicy;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::{CompiledRoute, GatewayState};
 use crate::policy::{self, HeldLeases, Rejection, Reply};
-use crate::request::client_cert::ClientCert;
+use crate::request::client_cert::{ClientCert, VerifiedClientCert};
 use http::{header, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::prelude::Result;
@@ -229,11 +229,12 @@ pub(crate) fn peer_ip(session: &Session) -> IpAddr {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
-/// The connection's client certificate, if the handshake verified one
-/// (see `client_cert`): looked up by the SHA-256 Pingora keeps of it.
+/// The connection's client certificate, if its listener verified one
+/// (see `client_cert`): kept with the connection's TLS digest.
 pub fn client_cert(session: &Session) -> Option<Arc<ClientCert>> {
     let digest = session.digest()?.ssl_digest.as_ref()?;
-    crate::request::client_cert::verified(&digest.cert_digest)
+    let verified = digest.extension.get::<VerifiedClientCert>()?;
+    Some(Arc::clone(&verified.0))
 }
 
 /// How an upstream or gateway failure `e` is answered for `route`: 502

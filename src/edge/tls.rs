@@ -7,8 +7,10 @@
 
 use crate::config::tls::ClientAuth;
 use crate::policy::state::SharedState;
-use crate::request::client_cert;
+use crate::request::client_cert::{ClientCert, VerifiedClientCert};
 use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::TlsAccept;
+use pingora::protocols::tls::TlsRef;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -87,7 +89,14 @@ pub(crate) fn rls_server_config(
 /// reload that changes the CA file applies to the next handshake).
 /// `required`: no certificate, or one that does not chain to the CA, fails
 /// the handshake. `optional`: such a client is served, as one without a
-/// certificate (its certificate is not recorded as verified).
+/// certificate.
+///
+/// What a connection's requests may believe of its certificate is decided
+/// once the handshake is complete (the key proof included), by
+/// [`VerifiedCertRecorder`], and kept with that connection alone: nothing
+/// is shared between connections or listeners, so a certificate verified
+/// on one listener is never an identity on another, and a failed handshake
+/// anywhere takes nothing from anyone.
 pub(crate) struct ClientCertAuth {
     state: SharedState,
     listen: String,
@@ -144,16 +153,12 @@ impl ClientCertVerifier for ClientCertAuth {
             .verifier
             .verify_client_cert(end_entity, intermediates, now)
         {
-            Ok(verified) => {
-                client_cert::record_verified(end_entity);
-                Ok(verified)
+            Ok(verified) => Ok(verified),
+            Err(e) if auth.required => {
+                log::debug!("client certificate refused on {}: {e}", self.listen);
+                Err(e)
             }
             Err(e) => {
-                client_cert::forget(end_entity);
-                if auth.required {
-                    log::debug!("client certificate refused on {}: {e}", self.listen);
-                    return Err(e);
-                }
                 log::debug!(
                     "client certificate ignored on {} (optional): {e}",
                     self.listen
@@ -198,20 +203,45 @@ impl ClientCertVerifier for ClientCertAuth {
     }
 }
 
+/// Once a handshake is complete, records with the connection the client
+/// certificate this listener's CA verifies (checked again here: in
+/// `optional` mode the handshake also completes for a certificate that
+/// does not chain to it). The record is the connection's own (Pingora's
+/// TLS digest extension): its requests read it, nobody else can.
+struct VerifiedCertRecorder(Arc<ClientCertAuth>);
+
+#[async_trait::async_trait]
+impl TlsAccept for VerifiedCertRecorder {
+    async fn handshake_complete_callback(
+        &self,
+        tls: &TlsRef,
+    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        let (end_entity, intermediates) = tls.peer_cert_chain_der()?.split_first()?;
+        let auth = self.0.current()?;
+        auth.verifier
+            .verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .ok()?;
+        let cert = ClientCert::parse(end_entity)?;
+        Some(Arc::new(VerifiedClientCert(Arc::new(cert))))
+    }
+}
+
 /// Pingora's TLS settings for the listener at `listen`: certificates by SNI
 /// from `state`, client certificates by its `client_auth`, TLS 1.2 and 1.3,
 /// HTTP/2 offered by ALPN.
 pub fn listener_settings(state: SharedState, listen: &str) -> pingora::Result<TlsSettings> {
-    let mut settings = TlsSettings::intermediate("", "")?;
-    settings.set_cert_resolver(Arc::new(SniResolver {
+    let auth = Arc::new(ClientCertAuth {
         state: state.clone(),
         listen: listen.to_string(),
-    }));
-    settings.set_client_cert_verifier(Arc::new(ClientCertAuth {
+        provider: Arc::new(rustls::crypto::ring::default_provider()),
+    });
+    let mut settings =
+        TlsSettings::with_callbacks(Box::new(VerifiedCertRecorder(Arc::clone(&auth))))?;
+    settings.set_cert_resolver(Arc::new(SniResolver {
         state,
         listen: listen.to_string(),
-        provider: Arc::new(rustls::crypto::ring::default_provider()),
     }));
+    settings.set_client_cert_verifier(auth);
     settings.enable_h2();
     Ok(settings)
 }

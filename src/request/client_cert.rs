@@ -2,20 +2,17 @@
 //! and what a request may know of them: the certificate's SHA-256
 //! fingerprint, its subject and its subject alternative names.
 //!
-//! rustls verifies a client's chain during the handshake, before any request,
-//! and Pingora hands a request only the SHA-256 of the peer's certificate. So
-//! the verifier records each certificate it accepts here, by that digest,
-//! and a request looks its connection's certificate up: a certificate that is
-//! not here was not verified (an `optional` listener serves such a client as
-//! one without a certificate). A certificate that fails verification is
-//! removed, so that one verified under a CA since removed stops counting for
-//! new connections. The record is bounded: when it is full it is emptied,
-//! and the connections whose certificates it forgot are served as without
-//! one until they reconnect — never as someone else.
+//! rustls verifies a client's chain during the handshake, before any request.
+//! Once the handshake is complete, the listener checks the chain against its
+//! own CA once more and, if it holds, attaches the certificate to that
+//! connection ([`VerifiedClientCert`], in Pingora's TLS digest): a request
+//! knows only its own connection's verified certificate. There is no record
+//! shared between connections, so a certificate verified on one listener is
+//! no identity on another, and no handshake, failed or not, changes what
+//! another connection knows.
 
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// What a verified client certificate says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,40 +77,7 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-/// How many verified certificates are remembered at most.
-const MAX_REMEMBERED: usize = 65_536;
-
-fn verified_certs() -> &'static Mutex<HashMap<Vec<u8>, Arc<ClientCert>>> {
-    static VERIFIED: OnceLock<Mutex<HashMap<Vec<u8>, Arc<ClientCert>>>> = OnceLock::new();
-    VERIFIED.get_or_init(Mutex::default)
-}
-
-/// Records a certificate the handshake verified.
-pub(crate) fn record_verified(der: &[u8]) {
-    let Some(cert) = ClientCert::parse(der) else {
-        return;
-    };
-    let digest = Sha256::digest(der).to_vec();
-    if let Ok(mut certs) = verified_certs().lock() {
-        if certs.len() >= MAX_REMEMBERED && !certs.contains_key(&digest) {
-            certs.clear();
-        }
-        certs.insert(digest, Arc::new(cert));
-    }
-}
-
-/// Forgets a certificate that failed verification.
-pub(crate) fn forget(der: &[u8]) {
-    let digest = Sha256::digest(der).to_vec();
-    if let Ok(mut certs) = verified_certs().lock() {
-        certs.remove(&digest);
-    }
-}
-
-/// The verified certificate whose SHA-256 is `digest`, if any.
-pub fn verified(digest: &[u8]) -> Option<Arc<ClientCert>> {
-    if digest.is_empty() {
-        return None;
-    }
-    verified_certs().lock().ok()?.get(digest).cloned()
-}
+/// A client certificate the listener's CA verified, kept with the
+/// connection it was presented on.
+#[derive(Debug, Clone)]
+pub struct VerifiedClientCert(pub Arc<ClientCert>);
