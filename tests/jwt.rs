@@ -195,3 +195,36 @@ fn rs256_tokens_verify_with_the_public_key() {
 fn es256_tokens_verify_with_the_public_key() {
     public_key_case(Algorithm::ES256, "ES256", "jwt_es256.key", "jwt_es256.pub");
 }
+
+/// An HS256 token whose header is `header` as written, signed with the
+/// test secret.
+fn hs256_with_header(header: &str, claims: serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let message = format!(
+        "{}.{}",
+        b64(header.as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let key = EncodingKey::from_secret(SECRET.as_bytes());
+    let signature =
+        jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).expect("sign");
+    format!("{message}.{signature}")
+}
+
+#[test]
+fn a_token_with_a_critical_extension_is_refused() {
+    let redis = RedisServer::start();
+    let sluice = start(&redis, "  jwt: { algorithms: [HS256], required: true }", 5);
+    let claims = json!({"sub": "alice", "exp": now() + 300});
+    let plain = hs256_with_header(r#"{"alg":"HS256","typ":"JWT"}"#, claims.clone());
+    assert_eq!(with_token(&sluice, &plain), 200);
+    for header in [
+        r#"{"alg":"HS256","crit":["b64"],"b64":false}"#,
+        r#"{"alg":"HS256","crit":["http://example.test/ext"]}"#,
+        r#"{"alg":"HS256","crit":"b64"}"#,
+    ] {
+        let token = hs256_with_header(header, claims.clone());
+        assert_eq!(with_token(&sluice, &token), 401, "{header}");
+    }
+}

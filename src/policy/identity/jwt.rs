@@ -141,6 +141,9 @@ impl JwtVerifier {
         if token.is_empty() || token.len() > MAX_TOKEN {
             return Err("empty or oversized token");
         }
+        if !understands_critical(token) {
+            return Err("token names a critical extension sluice does not understand");
+        }
         let verified = match &self.keys {
             VerifierKeys::One(key) => decode::<Claims>(token, key, &self.validations[0].1),
             VerifierKeys::Jwks(jwks) => return self.verify_with_jwks(token, jwks),
@@ -176,6 +179,28 @@ impl JwtVerifier {
                 Err("token does not verify")
             }
         }
+    }
+}
+
+/// Whether sluice understands every extension `token`'s header marks
+/// critical (`crit`, RFC 7515 §4.1.11): it understands none, so a `crit`
+/// naming anything — or one that is not a list of names — refuses the
+/// token. A header that does not decode is left to the verification.
+fn understands_critical(token: &str) -> bool {
+    use base64::Engine as _;
+    let Some((header, _)) = token.split_once('.') else {
+        return true;
+    };
+    let Ok(json) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header) else {
+        return true;
+    };
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(&json) else {
+        return true;
+    };
+    match fields.get("crit") {
+        None => true,
+        Some(serde_json::Value::Array(names)) => names.is_empty(),
+        Some(_) => false,
     }
 }
 
@@ -263,6 +288,46 @@ mod tests {
         }
         assert!(matches!(v.verify(good.as_bytes()), User::Invalid(_)));
         assert!(matches!(v.verify(b"Bearer \xff\xfe"), User::Invalid(_)));
+    }
+
+    /// A token signed with the secret whose header is `header` as written.
+    fn token_with_header(secret: &[u8], header: &str, claims: serde_json::Value) -> String {
+        use base64::Engine as _;
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let message = format!(
+            "{}.{}",
+            b64(header.as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let key = EncodingKey::from_secret(secret);
+        let signature =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+                .unwrap();
+        format!("{message}.{signature}")
+    }
+
+    #[test]
+    fn a_critical_extension_refuses_the_token() {
+        let v = verifier();
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let claims = serde_json::json!({"sub": "alice", "exp": now() + 60});
+        let verify = |header: &str| {
+            let token = token_with_header(secret, header, claims.clone());
+            v.verify(format!("Bearer {token}").as_bytes())
+        };
+        let alice = User::Known(Cow::Borrowed(b"alice".as_slice()));
+        assert_eq!(verify(r#"{"alg":"HS256","typ":"JWT"}"#), alice);
+        assert_eq!(verify(r#"{"alg":"HS256","crit":[]}"#), alice);
+        for refused in [
+            r#"{"alg":"HS256","crit":["b64"],"b64":false}"#,
+            r#"{"alg":"HS256","crit":["exp"]}"#,
+            r#"{"alg":"HS256","crit":["x-unknown"],"x-unknown":1}"#,
+            r#"{"alg":"HS256","crit":"b64"}"#,
+            r#"{"alg":"HS256","crit":null}"#,
+            r#"{"alg":"HS256","crit":[],"crit":["b64"]}"#,
+        ] {
+            assert!(matches!(verify(refused), User::Invalid(_)), "{refused}");
+        }
     }
 
     /// With `issuer` and `audiences`, a token issued by another issuer, or
