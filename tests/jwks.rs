@@ -474,3 +474,89 @@ fn a_jwks_file_verifies_without_a_url_and_a_bad_one_is_refused_where_written() {
         "{out}"
     );
 }
+
+#[test]
+fn two_keys_under_one_kid_are_a_config_error_in_a_file_and_refused_from_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Key::ec(dir.path(), "shared", "P-256", Algorithm::ES256);
+    let second = Key::ec(dir.path(), "shared-2", "P-256", Algorithm::ES256);
+    let mut twin = second.jwk.clone();
+    twin["kid"] = "shared".into();
+    let other = Key::ec(dir.path(), "other", "P-256", Algorithm::ES256);
+    let both = json!({"keys": [first.jwk, twin, other.jwk]}).to_string();
+
+    let file = dir.path().join("jwks.json");
+    std::fs::write(&file, &both).unwrap();
+    let (code, out) = check_config(&format!(
+        "identity:\n  jwt: {{ jwks_file: \"{}\", algorithms: [ES256], audiences: [a] }}\nroutes:\n  - name: api\n    respond: {{}}\n",
+        file.display()
+    ));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(":2:21:") && out.contains("two usable keys share the kid `shared`"),
+        "{out}"
+    );
+
+    // From a URL: a warning, and the kid names no key; the others work.
+    let provider = Provider::start(both);
+    let sluice = start(&provider.url(), "ES256", "1s");
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("shared".into());
+    let claims = json!({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": now() + 300});
+    let by_second = encode(&header, &claims, &second.signing).unwrap();
+    let by_first = first.token("alice", json!({}));
+    wait_until(std::time::Duration::from_secs(10), "the keys", || {
+        status(&sluice, &other.token("bob", json!({}))) == 200
+    });
+    assert_eq!(
+        status(&sluice, &by_first),
+        401,
+        "the first key under `shared`"
+    );
+    assert_eq!(
+        status(&sluice, &by_second),
+        401,
+        "the second key under `shared`"
+    );
+    let log = sluice.log();
+    assert!(
+        log.contains("two usable keys share the kid `shared`"),
+        "{log}"
+    );
+}
+
+#[test]
+fn refresh_intervals_and_leeway_are_bounded() {
+    for (jwt, at, message) in [
+        (
+            "{ jwks_url: \"https://id.example.test/j\", audiences: [a], jwks_refresh: 0s }",
+            ":2:",
+            "`jwks_refresh` must be at least 1s",
+        ),
+        (
+            "{ jwks_url: \"https://id.example.test/j\", audiences: [a], jwks_min_refresh: 500ms }",
+            ":2:",
+            "`jwks_min_refresh` must be at least 1s",
+        ),
+        (
+            "{ secret_env: HOME, leeway: 30000d }",
+            ":2:",
+            "`leeway` must be at most 1h",
+        ),
+        (
+            "{ secret_env: HOME, leeway: 61m }",
+            ":2:",
+            "`leeway` must be at most 1h",
+        ),
+    ] {
+        let (code, out) = check_config(&format!(
+            "identity:\n  jwt: {jwt}\nroutes:\n  - name: api\n    respond: {{}}\n"
+        ));
+        assert_eq!(code, Some(1), "{jwt}: {out}");
+        assert!(out.contains(at) && out.contains(message), "{jwt}: {out}");
+    }
+    let (code, out) = check_config(
+        "identity:\n  jwt: { jwks_url: \"https://id.example.test/j\", audiences: [a], jwks_refresh: 1s, jwks_min_refresh: 1s, leeway: 1h }\nroutes:\n  - name: api\n    respond: {}\n",
+    );
+    assert_eq!(code, Some(0), "the bounds themselves: {out}");
+}

@@ -23,6 +23,10 @@ pub enum JwksError {
     /// Not a JWKS document.
     #[error("not a JWKS document: {0}")]
     Malformed(String),
+    /// Two usable keys under one `kid`: which one a token means is not
+    /// known.
+    #[error("two usable keys share the kid `{0}`: a token naming it could mean either")]
+    SharedKid(String),
     /// A document without one usable signing key.
     #[error("no usable signing key (keys need a kid, a signing use and an RSA, P-256, P-384 or Ed25519 key of an algorithm in `algorithms`)")]
     NoUsableKey,
@@ -37,10 +41,12 @@ pub struct VerificationKey {
     pub algorithms: Vec<Algorithm>,
 }
 
-/// Verification keys by `kid`.
+/// Verification keys by `kid`. A `kid` that names two usable keys names
+/// none: it is kept apart ([`KeySet::ambiguous`]) and its tokens refused.
 #[derive(Default)]
 pub struct KeySet {
     keys: HashMap<String, VerificationKey>,
+    ambiguous: Vec<String>,
 }
 
 impl KeySet {
@@ -49,15 +55,31 @@ impl KeySet {
     pub fn parse(document: &[u8], allowed: &[Algorithm]) -> Result<Self, JwksError> {
         let set: JwkSet =
             serde_json::from_slice(document).map_err(|e| JwksError::Malformed(e.to_string()))?;
-        let keys: HashMap<String, VerificationKey> = set
+        let mut keys: HashMap<String, VerificationKey> = HashMap::new();
+        let mut ambiguous: Vec<String> = Vec::new();
+        let usable_keys = set
             .keys
             .iter()
-            .filter_map(|jwk| Some((jwk.common.key_id.clone()?, usable(jwk, allowed)?)))
-            .collect();
-        if keys.is_empty() {
+            .filter_map(|jwk| Some((jwk.common.key_id.clone()?, usable(jwk, allowed)?)));
+        for (kid, key) in usable_keys {
+            if ambiguous.contains(&kid) {
+                continue;
+            }
+            if keys.insert(kid.clone(), key).is_some() {
+                keys.remove(&kid);
+                ambiguous.push(kid);
+            }
+        }
+        if keys.is_empty() && ambiguous.is_empty() {
             return Err(JwksError::NoUsableKey);
         }
-        Ok(Self { keys })
+        Ok(Self { keys, ambiguous })
+    }
+
+    /// The `kid`s that named more than one usable key (none of them is
+    /// used).
+    pub fn ambiguous(&self) -> &[String] {
+        &self.ambiguous
     }
 
     /// The key named `kid`.
@@ -75,10 +97,18 @@ impl KeySet {
         self.keys.is_empty()
     }
 
-    /// This set with `other`'s keys added (`other` wins on a shared `kid`).
+    /// This set with `other`'s keys added (`other` wins on a shared `kid`;
+    /// a `kid` ambiguous in either is in neither).
     pub fn merged(&self, other: &KeySet) -> KeySet {
         let mut keys: HashMap<String, VerificationKey> = HashMap::new();
-        for (kid, key) in self.keys.iter().chain(&other.keys) {
+        let ambiguous: Vec<String> = self
+            .ambiguous
+            .iter()
+            .chain(&other.ambiguous)
+            .cloned()
+            .collect();
+        let chained = self.keys.iter().chain(&other.keys);
+        for (kid, key) in chained.filter(|(kid, _)| !ambiguous.contains(kid)) {
             keys.insert(
                 kid.clone(),
                 VerificationKey {
@@ -87,7 +117,7 @@ impl KeySet {
                 },
             );
         }
-        KeySet { keys }
+        KeySet { keys, ambiguous }
     }
 }
 

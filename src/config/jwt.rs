@@ -36,6 +36,14 @@ fn at(base: &KeyPath, key: &str) -> KeyPath {
     base.key(key)
 }
 
+/// The most clock skew `leeway` may forgive: more is no leeway but an
+/// expiry switched off (and past `i64` seconds it would wrap).
+const MAX_LEEWAY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The least time between JWKS fetches: less would poll the provider in
+/// a tight loop.
+const MIN_JWKS_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Checks `identity.jwt` and loads its key.
 pub(super) fn validate(c: &mut Checker, base: &KeyPath, f: &JwtFile) -> IdentityConfig {
     let header = f
@@ -53,6 +61,13 @@ pub(super) fn validate(c: &mut Checker, base: &KeyPath, f: &JwtFile) -> Identity
         None => JwtKey::Secret(Vec::new()),
     };
     let leeway = c.duration(&at(base, "leeway"), f.leeway.as_deref(), defaults::LEEWAY);
+    if leeway > MAX_LEEWAY {
+        let kind = ProblemKind::AtMost {
+            key: "leeway",
+            max: "1h",
+        };
+        c.problem(&at(base, "leeway"), kind);
+    }
     let claim = f.claim.as_deref().unwrap_or(defaults::CLAIM).to_string();
     if claim.is_empty() {
         c.problem(&at(base, "claim"), ProblemKind::EmptyClaim);
@@ -169,7 +184,13 @@ fn jwks_source(
         if families.contains(&Family::Hmac) {
             return Some(document);
         }
-        match super::jwks::KeySet::parse(&document, algorithms) {
+        let parsed = super::jwks::KeySet::parse(&document, algorithms).and_then(|set| {
+            match set.ambiguous().first() {
+                Some(kid) => Err(super::jwks::JwksError::SharedKid(kid.clone())),
+                None => Ok(set),
+            }
+        });
+        match parsed {
             Ok(_) => Some(document),
             Err(e) => {
                 let kind = ProblemKind::BadJwks {
@@ -191,6 +212,11 @@ fn jwks_source(
         f.jwks_min_refresh.as_deref(),
         defaults::JWKS_MIN_REFRESH,
     );
+    for (key, value) in [("jwks_refresh", refresh), ("jwks_min_refresh", min_refresh)] {
+        if value < MIN_JWKS_REFRESH {
+            c.problem(&at(base, key), ProblemKind::AtLeast { key, min: "1s" });
+        }
+    }
     JwtKey::Jwks(JwksSource {
         url: f.jwks_url.clone(),
         file,

@@ -263,7 +263,13 @@ impl Fetcher {
         if body.len() as u64 > MAX_DOCUMENT {
             return Err(failed(format!("document over {MAX_DOCUMENT} bytes")));
         }
-        KeySet::parse(&body, &self.allowed).map_err(|e| failed(e.to_string()))
+        let set = KeySet::parse(&body, &self.allowed).map_err(|e| failed(e.to_string()))?;
+        for kid in set.ambiguous() {
+            log::warn!(
+                "identity.jwt.jwks_url: two usable keys share the kid `{kid}`; tokens naming it are refused until the provider's JWKS names one"
+            );
+        }
+        Ok(set)
     }
 
     /// Makes `set` the verifier's keys; false when the verifier is gone.
