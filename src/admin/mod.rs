@@ -180,6 +180,13 @@ impl ServeHttp for AdminApp {
         if path.starts_with("/v1/") {
             return self.api(session).await;
         }
+        if let Err(reason) = same_site::host_check(&self.state.load(), session.req_header()) {
+            return text(
+                StatusCode::FORBIDDEN,
+                plain,
+                format!("forbidden: {reason}\n").into_bytes(),
+            );
+        }
         if path == "/" || path == "/console" {
             return to_console();
         }

@@ -10,6 +10,14 @@
 //!   listener), the `Host` must be a loopback one too: a page whose name
 //!   an attacker rebinds to 127.0.0.1 (DNS rebinding) is same-origin to
 //!   the browser, but its requests still carry the attacker's name.
+//! - On a loopback listener, every path (`/metrics`, `/healthz`,
+//!   `/readyz`, the console, the APIs, with a token or without) answers
+//!   only a loopback `Host` ([`host_check`]): nothing that may reach it
+//!   names it otherwise, so a rebinding page cannot read route, limit and
+//!   upstream names off `/metrics`. A request without `Host` (HTTP/1.0, no
+//!   browser sends one) and a Prometheus scraping `127.0.0.1:9091` pass;
+//!   a listener on another address is reached by the names the operator
+//!   gave it (`sluice:9091` in a compose file) and is not restricted.
 
 use crate::admin::api::{error, Answer};
 use crate::policy::state::GatewayState;
@@ -40,6 +48,13 @@ pub fn check(state: &GatewayState, head: &RequestHeader) -> Result<(), Answer> {
             ));
         }
     }
+    host_check(state, head).map_err(|reason| {
+        error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            json!({ "reason": reason }),
+        )
+    })?;
     if state.config.server.admin_token.is_none() && !is_loopback_host(&host) {
         let reason = "without server.admin_token_env the admin APIs answer only to a loopback Host (localhost, 127.0.0.1, [::1])";
         return Err(error(
@@ -47,6 +62,27 @@ pub fn check(state: &GatewayState, head: &RequestHeader) -> Result<(), Answer> {
             "forbidden",
             json!({ "reason": reason }),
         ));
+    }
+    Ok(())
+}
+
+/// `Ok` when `head` names the admin listener as a client may: on a
+/// loopback listener, by a loopback `Host` (or none); else the reason.
+pub fn host_check(state: &GatewayState, head: &RequestHeader) -> Result<(), &'static str> {
+    let listener_is_loopback = state
+        .config
+        .server
+        .admin
+        .parse::<std::net::SocketAddr>()
+        .map_or(true, |addr| addr.ip().is_loopback());
+    let mut hosts = head.headers.get_all(http::header::HOST).iter();
+    let allowed = match (hosts.next(), hosts.next()) {
+        (None, _) => true,
+        (Some(host), None) => std::str::from_utf8(host.as_bytes()).is_ok_and(is_loopback_host),
+        (Some(_), Some(_)) => false,
+    };
+    if listener_is_loopback && !allowed {
+        return Err("a loopback admin listener answers only to a loopback Host (localhost, 127.0.0.1, [::1])");
     }
     Ok(())
 }
