@@ -10,11 +10,12 @@
 //!   listener), the `Host` must be a loopback one too: a page whose name
 //!   an attacker rebinds to 127.0.0.1 (DNS rebinding) is same-origin to
 //!   the browser, but its requests still carry the attacker's name.
-//! - On a loopback listener, every path (`/metrics`, `/healthz`,
-//!   `/readyz`, the console, the APIs, with a token or without) answers
-//!   only a loopback `Host` ([`host_check`]): nothing that may reach it
-//!   names it otherwise, so a rebinding page cannot read route, limit and
-//!   upstream names off `/metrics`. A request without `Host` (HTTP/1.0, no
+//! - On a loopback listener, the paths no token guards (`/metrics`,
+//!   `/healthz`, `/readyz`, the console's files) answer only a loopback
+//!   `Host` too, whether a token is set or not ([`host_check`]): a
+//!   rebinding page cannot read route, limit and upstream names off
+//!   `/metrics`. The APIs follow the rule above: a token guards them, and
+//!   without one they answer only a loopback `Host`. A request without `Host` (HTTP/1.0, no
 //!   browser sends one) and a Prometheus scraping `127.0.0.1:9091` pass;
 //!   a listener on another address is reached by the names the operator
 //!   gave it (`sluice:9091` in a compose file) and is not restricted.
@@ -48,13 +49,6 @@ pub fn check(state: &GatewayState, head: &RequestHeader) -> Result<(), Answer> {
             ));
         }
     }
-    host_check(state, head).map_err(|reason| {
-        error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            json!({ "reason": reason }),
-        )
-    })?;
     if state.config.server.admin_token.is_none() && !is_loopback_host(&host) {
         let reason = "without server.admin_token_env the admin APIs answer only to a loopback Host (localhost, 127.0.0.1, [::1])";
         return Err(error(
