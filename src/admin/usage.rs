@@ -159,23 +159,7 @@ fn key_and_quota(
     let method_text = value_of(&KeyPart::Method)
         .and_then(|m| std::str::from_utf8(m).ok())
         .unwrap_or("");
-    // Client-certificate parts, as the operator names them.
-    let text_of = |part: KeyPart| value_of(&part).map(|v| String::from_utf8_lossy(v).into_owned());
-    let certificate_parts = [
-        KeyPart::ClientCert,
-        KeyPart::ClientSubject,
-        KeyPart::ClientSan,
-    ];
-    let client_cert = certificate_parts
-        .iter()
-        .any(|p| c.key.contains(p))
-        .then(|| crate::request::client_cert::ClientCert {
-            fingerprint: text_of(KeyPart::ClientCert).unwrap_or_default(),
-            subject: text_of(KeyPart::ClientSubject).unwrap_or_default(),
-            subject_cn: None,
-            san_dns: Vec::new(),
-            san_uri: text_of(KeyPart::ClientSan).into_iter().collect(),
-        });
+    let client_cert = named_certificate(c, &value_of);
     let parts = RequestParts {
         ip: &ip_text,
         user: value_of(&KeyPart::User),
@@ -208,6 +192,30 @@ fn key_and_quota(
     let plan_of = |_: &PlanSource| plan.clone();
     let quota = applied_limit(c, &parts, &plan_of);
     Ok((key, quota))
+}
+
+/// The client certificate the parameters describe, when limit `c`'s key
+/// reads one: its parts as the operator names them.
+fn named_certificate<'v>(
+    c: &LimitConfig,
+    value_of: &impl Fn(&KeyPart) -> Option<&'v [u8]>,
+) -> Option<crate::request::client_cert::ClientCert> {
+    let text_of = |part: KeyPart| value_of(&part).map(|v| String::from_utf8_lossy(v).into_owned());
+    let certificate_parts = [
+        KeyPart::ClientCert,
+        KeyPart::ClientSubject,
+        KeyPart::ClientSan,
+    ];
+    certificate_parts
+        .iter()
+        .any(|p| c.key.contains(p))
+        .then(|| crate::request::client_cert::ClientCert {
+            fingerprint: text_of(KeyPart::ClientCert).unwrap_or_default(),
+            subject: text_of(KeyPart::ClientSubject).unwrap_or_default(),
+            subject_cn: None,
+            san_dns: Vec::new(),
+            san_uri: text_of(KeyPart::ClientSan).into_iter().collect(),
+        })
 }
 
 /// Each part of limit `c`'s key with the value its parameter gives; a
