@@ -71,7 +71,7 @@ pub enum TargetError {
 
 /// A request's target, made canonical.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CanonicalTarget<'a> {
+pub struct CanonicalTarget<'a> {
     /// The canonical path: starts with `/`, no `//`, no dot segments.
     pub path: Cow<'a, str>,
     /// The query exactly as sent (without the `?`), if any.
@@ -95,7 +95,7 @@ impl CanonicalTarget<'_> {
 }
 
 /// Makes the raw request target canonical (see the module doc).
-pub(crate) fn canonical_target(
+pub fn canonical_target(
     raw: &[u8],
     slashes: EscapedSlashes,
 ) -> Result<CanonicalTarget<'_>, TargetError> {
@@ -316,7 +316,7 @@ fn check_port(port: Option<&str>) -> Result<(), TargetError> {
 
 /// The canonical host of a Host header value or an authority: lower-case,
 /// without port and without one trailing dot. `Ok(None)` for an empty value.
-pub(crate) fn canonical_host(value: &[u8]) -> Result<Option<Cow<'_, str>>, TargetError> {
+pub fn canonical_host(value: &[u8]) -> Result<Option<Cow<'_, str>>, TargetError> {
     if value.is_empty() {
         return Ok(None);
     }
