@@ -98,7 +98,10 @@ fn a_cookie_counts_quoted_and_plain_together() {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(b"s1");
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(redis.log_len(&format!("sluice:{{session:per-session:#{hex}}}")), 2);
+    assert_eq!(
+        redis.log_len(&format!("sluice:{{session:per-session:#{hex}}}")),
+        2
+    );
     assert!(redis.keys("*s1*").is_empty(), "a cookie's value in Redis");
 }
 
