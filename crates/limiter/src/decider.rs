@@ -396,10 +396,20 @@ impl Decider {
         if self.settings.local_share >= 1.0 {
             return self.local.decide(checks, member);
         }
+        let share = |units: u64, cost: u64| {
+            ((units as f64 * self.settings.local_share).floor() as u64).max(cost)
+        };
         let scaled: Vec<LimitCheck<'_>> = checks
             .iter()
             .map(|c| LimitCheck {
-                limit: ((c.limit as f64 * self.settings.local_share).floor() as u64).max(c.cost),
+                limit: share(c.limit, c.cost),
+                // A full bucket's burst is this instance's share too.
+                algorithm: match c.algorithm {
+                    Algorithm::TokenBucket { burst } => Algorithm::TokenBucket {
+                        burst: share(burst, c.cost),
+                    },
+                    other => other,
+                },
                 ..*c
             })
             .collect();
