@@ -41,6 +41,7 @@ fn decide_both(
     command.arg(function).arg(2).arg(fast_key).arg(general_key);
     push_batch(
         &mut command,
+        None,
         [(1, fast.as_slice()), (1, general.as_slice())].into_iter(),
     );
     let reply: String = command.query(&mut redis.connection()).expect("FCALL batch");

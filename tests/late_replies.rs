@@ -177,11 +177,16 @@ fn a_refused_request_is_refunded_after_a_stall_longer_than_the_response_timeout(
     settles_at(&redis, &key, 2);
 }
 
-/// A packed log gives back by stamp, which is safe only for a decision known
-/// to have run: without a reply the units stay taken (stricter, never looser).
+/// A packed log keeps no member to give back by; the batch's deadline
+/// makes the late run change nothing instead: the refused request is never
+/// counted, the admitted one is written once.
 #[test]
-fn a_packed_log_keeps_the_units_of_a_decision_whose_reply_never_came() {
-    let (redis, _sluice, key) = stall_past_the_response_timeout(3, "0.4", "erin");
-    // Redis runs both late (3 units), and nothing is given back.
-    settles_at(&redis, &key, 3);
+fn a_packed_log_counts_only_what_was_admitted_when_no_reply_came() {
+    let (redis, sluice, key) = stall_past_the_response_timeout(3, "0.4", "erin");
+    // Redis skips both late runs; the fallback's admission is written.
+    settles_at(&redis, &key, 2);
+    // So one more request fits the limit of 3, and the next does not.
+    let headers = [("X-User", "erin")];
+    assert_eq!(sluice.get("/x", &headers).status, 200);
+    assert_eq!(sluice.get("/x", &headers).status, 429);
 }

@@ -247,7 +247,7 @@ fn round_trip(
                 .collect();
             let mut command = redis::cmd("FCALL");
             command.arg(&code.function).arg(BATCH).arg(&keys);
-            push_batch(&mut command, args.iter().map(|a| (1, a.as_slice())));
+            push_batch(&mut command, None, args.iter().map(|a| (1, a.as_slice())));
             pipe.add_command(command);
         }
         Load::Seed => {
@@ -480,7 +480,7 @@ fn bytes_per_entry(
                 .collect();
             let mut command = redis::cmd("FCALL");
             command.arg(&code.function).arg(chunk.len()).arg(chunk);
-            push_batch(&mut command, args.iter().map(|a| (1, a.as_slice())));
+            push_batch(&mut command, None, args.iter().map(|a| (1, a.as_slice())));
             let _: redis::Value = command.query(conn).expect("FCALL");
         }
     }

@@ -235,13 +235,15 @@ pub fn take_args(checks: &[LimitCheck<'_>], member: &str) -> Vec<Vec<u8>> {
 /// Appends the batch-mode arguments of the decide code to `command` (a
 /// call that already carries every decision's keys, in order), from each
 /// decision's key count and its own arguments (from `push_args` or
-/// [`take_args`]): `+`, each distinct limit once (its six arguments), then
+/// [`take_args`]): `+` (with `deadline`, on Redis's clock, after it: Redis
+/// skips the batch past it), each distinct limit once (its six arguments), then
 /// per decision a head and its limits' indices — head `k` for a `take` that
 /// needs no member, else `k:op:taken` and the member after the indices (see
 /// `lua/decide.lua`). A batch of requests to a few routes sends each
 /// route's limits once instead of once per request.
 pub fn push_batch<'a>(
     command: &mut redis::Cmd,
+    deadline: Option<i64>,
     decisions: impl ExactSizeIterator<Item = (usize, &'a [Vec<u8>])> + Clone,
 ) {
     let mut specs: Vec<&'a [Vec<u8>]> = Vec::new();
@@ -252,7 +254,11 @@ pub fn push_batch<'a>(
             }
         }
     }
-    command.arg("+").arg(specs.len());
+    match deadline {
+        Some(deadline) => command.arg(format!("+{deadline}")),
+        None => command.arg("+"),
+    };
+    command.arg(specs.len());
     for spec in &specs {
         for arg in *spec {
             command.arg(arg.as_slice());
@@ -514,6 +520,7 @@ mod tests {
         let mut command = redis::cmd("FCALL");
         push_batch(
             &mut command,
+            None,
             decisions
                 .iter()
                 .map(|args| ((args.len() - 3) / 6, args.as_slice())),

@@ -20,7 +20,8 @@
 --          KEYS[i] .. '!b'.
 --
 -- A batch of decisions (concurrent requests of one gateway, in one call),
--- with each distinct limit sent once: ARGV[1] = '+' (never a member),
+-- with each distinct limit sent once: ARGV[1] = '+' or '+<deadline>' (never
+-- a member; the deadline in Redis's µs, see below),
 -- ARGV[2] = the number of distinct limits S, then S × 6 arguments (a limit's
 -- six, as above), then the number of decisions D, then per decision a head
 -- and its limits' indices (1-based, into the S): head `k` for a 'take' of k
@@ -32,6 +33,11 @@
 -- but `now`, separated by spaces, or `!` and that decision's error (one
 -- foreign key fails its own decision, not the batch). One string costs the
 -- gateway one value to parse instead of six per decision.
+--
+-- A batch with a deadline that Redis runs after it (a stall: the gateway gave
+-- up on it and answered by on_error) changes nothing and answers `~` for
+-- every decision: what the gateway told its clients stands, whatever the
+-- stall's length, with no refund to send and no reply needed.
 --
 -- The clock is Redis's own (TIME), never the gateway's. The request is admitted
 -- if every non-shadow limit admits it; then each limit that admits it consumes
@@ -324,6 +330,11 @@ end
 
 -- A batch in the compact form (see the top of this file).
 local function run_batch(first)
+  local deadline = tonumber(string.sub(call_args[first], 2))
+  if deadline ~= nil and now > deadline then
+    local count = tonumber(call_args[first + 2 + 6 * tonumber(call_args[first + 1])])
+    return string.format('%d', now) .. string.rep('\n~', count)
+  end
   local specs, o = read_specs(first)
   local lines = { string.format('%d', now) }
   local limits = limit_pool
@@ -389,7 +400,7 @@ local function run(keys, argv)
   if call_args[first] == '~' then
     return renew(first)
   end
-  if call_args[first] == '+' then
+  if string.byte(call_args[first], 1) == 43 then -- '+'
     return run_batch(first)
   end
   return decide(0, #call_keys, first - 1)

@@ -1,10 +1,12 @@
 //! Batching: decisions that arrive while a call is in flight wait in a
 //! queue and travel together in the next call (one script call of up to
 //! `MAX_BATCH` decisions); each is answered by its own line of the reply,
-//! or at its deadline by `on_error`, and a late reply is reconciled.
+//! or at its deadline by `on_error`. A call carries the earliest of its
+//! decisions' deadlines on Redis's clock, past which Redis skips it; what a
+//! late run (or skip) leaves is reconciled (see `reconcile`).
 
 use super::{KeyPassing, PendingCall, RedisLimiter, MAX_BATCH};
-use crate::redis::reconcile::Refund;
+use crate::redis::reconcile::{Refund, Units};
 use crate::redis::wire::{self, is_noscript, parse_batch_line, refund_units};
 use crate::sync::Locked;
 use crate::sync::ReadWriteLocked;
@@ -32,6 +34,9 @@ pub(super) struct Queued {
     pub(super) reply: Option<oneshot::Sender<Answer>>,
     /// The decisions sent in the same round trip (0 until it is sent).
     pub(super) batch: usize,
+    /// Sent with a deadline on Redis's clock: Redis skips it if it runs it
+    /// after the gateway gave up.
+    pub(super) skippable: bool,
 }
 
 /// A decision's reply, and the size of the batch it went in (0: never sent).
@@ -94,7 +99,12 @@ impl RedisLimiter {
         let mut chunks = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(MAX_BATCH));
-            pipe.add_command(self.batch_command(&batch));
+            let earliest = batch.iter().map(|q| q.deadline).min();
+            let redis_deadline = earliest.and_then(|at| self.clock.deadline(at));
+            for queued in &mut batch {
+                queued.skippable = redis_deadline.is_some();
+            }
+            pipe.add_command(self.batch_command(&batch, redis_deadline));
             chunks.push(std::mem::replace(&mut batch, rest));
         }
         let call = {
@@ -192,7 +202,7 @@ impl RedisLimiter {
                 .min();
             let Some(next) = next else {
                 let (this, conn) = (self.clone(), conn.clone());
-                let chunks = std::mem::take(chunks);
+                let mut chunks = std::mem::take(chunks);
                 tokio::spawn(async move {
                     match call.await {
                         Ok(values) => {
@@ -201,8 +211,12 @@ impl RedisLimiter {
                             }
                         }
                         Err(_) => {
-                            for queued in chunks.iter().flatten() {
-                                this.reconcile(queued, None, &conn);
+                            for queued in chunks.iter_mut().flatten() {
+                                if queued.skippable {
+                                    this.skipped(queued, &conn);
+                                } else {
+                                    this.reconcile(queued, None, &conn);
+                                }
                             }
                         }
                     }
@@ -275,6 +289,57 @@ impl RedisLimiter {
         });
     }
 
+    /// A decision Redis skipped (or will skip, if it ever runs it): it
+    /// changed nothing. Answered by `on_error` now if it was not yet; its
+    /// units are written once the fallback's verdict admits it.
+    pub(super) fn skipped(&self, queued: &mut Queued, conn: &MultiplexedConnection) {
+        let Some(member) = queued.args.first() else {
+            return;
+        };
+        let member = String::from_utf8_lossy(member).into_owned();
+        let write = self.admission_write(queued, &member);
+        if let Some(write) = self.ledger.skipped(&member, write) {
+            self.send_write(write, conn);
+        }
+        queued.answer(Err(LimiterError::Timeout(self.budget)));
+    }
+
+    /// What writes the units `queued` takes (`add`), for every limit but a
+    /// `concurrency` lease; `None` when that leaves nothing.
+    fn admission_write(&self, queued: &Queued, member: &str) -> Option<redis::Cmd> {
+        let mut keys = Vec::new();
+        let mut limits = Vec::new();
+        for (i, key) in queued.keys.iter().enumerate() {
+            let limit = queued.args.get(3 + 6 * i..9 + 6 * i)?;
+            if refund_units(limit) != Units::Lease {
+                keys.push(key.as_str());
+                limits.push(limit);
+            }
+        }
+        if keys.is_empty() {
+            return None;
+        }
+        let mut command = self.call_with_keys(&keys);
+        command.arg(member).arg("add").arg(0);
+        for arg in limits.into_iter().flatten() {
+            command.arg(arg.as_slice());
+        }
+        Some(command)
+    }
+
+    /// Sends `write` on `conn` (behind anything Redis still holds of it).
+    pub(super) fn send_write(&self, write: redis::Cmd, conn: &MultiplexedConnection) {
+        log::debug!("Redis skipped a timed-out decision the fallback admitted: writing its units");
+        let mut conn = conn.clone();
+        tokio::spawn(async move {
+            if let Err(e) = write.query_async::<redis::Value>(&mut conn).await {
+                log::warn!(
+                    "could not write a request the fallback admitted during a Redis stall: {e}"
+                );
+            }
+        });
+    }
+
     /// A call of the decide code on `keys`; its arguments follow.
     pub(super) fn call_with_keys(&self, keys: &[&str]) -> redis::Cmd {
         let form = self.call_form.read_locked();
@@ -306,15 +371,16 @@ impl RedisLimiter {
         command
     }
 
-    /// The decide call in batch mode for `chunk`.
-    pub(super) fn batch_command(&self, chunk: &[Queued]) -> redis::Cmd {
+    /// The decide call in batch mode for `chunk`, skipped by Redis past
+    /// `deadline` (on its clock), if one is given.
+    pub(super) fn batch_command(&self, chunk: &[Queued], deadline: Option<i64>) -> redis::Cmd {
         let keys: Vec<&str> = chunk
             .iter()
             .flat_map(|q| q.keys.iter().map(String::as_str))
             .collect();
         let mut command = self.call_with_keys(&keys);
         let decisions = chunk.iter().map(|q| (q.keys.len(), q.args.as_slice()));
-        wire::push_batch(&mut command, decisions);
+        wire::push_batch(&mut command, deadline, decisions);
         command
     }
 
@@ -347,8 +413,16 @@ impl RedisLimiter {
         let now = lines
             .next()
             .and_then(|line| std::str::from_utf8(line).ok()?.parse::<i64>().ok());
+        if let Some(now) = now {
+            self.clock.observe(now, Instant::now());
+        }
         for mut queued in chunk {
-            let decoded = match (lines.next(), now) {
+            let line = lines.next();
+            if line == Some(&b"~"[..]) {
+                self.skipped(&mut queued, conn);
+                continue;
+            }
+            let decoded = match (line, now) {
                 (Some(line), Some(now)) => parse_batch_line(line, now),
                 (_, None) => Err(LimiterError::Server("batch reply without its time".into())),
                 (None, _) => Err(LimiterError::Server("batch reply too short".into())),

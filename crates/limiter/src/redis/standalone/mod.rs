@@ -39,6 +39,7 @@ use crate::redis::batch_size;
 use crate::redis::circuit::{CircuitBreaker, Permit};
 use crate::redis::client;
 use crate::redis::client::RESPONSE_TIMEOUT;
+use crate::redis::deadline::RedisClock;
 use crate::redis::lazy::LazyConnection;
 use crate::redis::reconcile::FallbackLedger;
 use crate::redis::wire::{self, decode_reply, push_args, CallForm, Mode, DECIDE_SCRIPT};
@@ -124,6 +125,8 @@ pub struct Shared {
     observer: Arc<dyn RedisObserver>,
     /// The fallback's verdicts on decisions that timed out (see `reconcile`).
     ledger: FallbackLedger,
+    /// Where Redis's clock stands, for the batches' deadlines.
+    clock: RedisClock,
 }
 
 impl RedisLimiter {
@@ -212,6 +215,7 @@ impl RedisLimiter {
             queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
+            clock: RedisClock::default(),
         }))
     }
 
@@ -349,6 +353,7 @@ impl RedisLimiter {
                 deadline,
                 reply: Some(reply),
                 batch: 0,
+                skippable: false,
             });
             !std::mem::replace(&mut queue.flushing, true)
         };
@@ -552,9 +557,17 @@ impl Limiter for RedisLimiter {
         !self.circuit.is_open()
     }
 
-    /// Remembered for when Redis runs the timed-out decision late (see
-    /// `reconcile`).
+    /// Remembered for when Redis runs (or skips) the timed-out decision
+    /// late; if it skipped it already and the fallback admitted it, its
+    /// units are written now (see `reconcile`).
     fn note_fallback(&self, member: &str, admitted: bool) {
-        self.ledger.record(member, admitted);
+        if let Some(write) = self.ledger.record(member, admitted) {
+            match self.current() {
+                Some(conn) => self.send_write(write, &conn),
+                None => log::warn!(
+                    "no Redis connection to write a request the fallback admitted during a stall"
+                ),
+            }
+        }
     }
 }
