@@ -123,6 +123,14 @@ impl HeadScan {
                 return Err(HeadRefusal::UriTooLong);
             }
         }
+        // What the partial check above would have refused, had the line come
+        // in pieces: the verdict never depends on how the bytes arrive (a
+        // line with more than two spaces, or a long version, is malformed
+        // anyway). The LF is counted here, not there.
+        let after_first = self.first_space.map(|first| self.bytes - first);
+        if after_first.is_some_and(|n| n > limits.max_uri_bytes + " HTTP/1.1\r\n".len() + 1) {
+            return Err(HeadRefusal::UriTooLong);
+        }
         if self.bytes > limits.max_header_bytes {
             return Err(HeadRefusal::HeaderTooLarge);
         }

@@ -187,6 +187,25 @@ mod tests {
         );
     }
 
+    /// Found by fuzzing: a malformed request line (a long version after
+    /// the last space) was refused when it came in pieces and passed when
+    /// it came whole.
+    #[test]
+    fn a_malformed_long_line_is_refused_however_it_arrives() {
+        let line = format!("GET /a HTTP/1.1{}\r\n\r\n", "x".repeat(80));
+        let whole = HeadScan::default().feed(line.as_bytes(), &limits());
+        let mut scan = HeadScan::default();
+        let first = scan.feed(&line.as_bytes()[..90], &limits());
+        assert_eq!(first, HeadProgress::Refused(HeadRefusal::UriTooLong));
+        assert_eq!(whole, first);
+        // A target of exactly the cap still passes, with CR or without.
+        for end in ["\r\n\r\n", "\n\n"] {
+            let exact = format!("GET /{} HTTP/1.1{end}", "a".repeat(63));
+            let progress = HeadScan::default().feed(exact.as_bytes(), &limits());
+            assert_eq!(progress, HeadProgress::Complete, "{end:?}");
+        }
+    }
+
     #[test]
     fn long_targets_and_large_heads_are_refused_early() {
         let mut scan = HeadScan::default();
