@@ -160,7 +160,7 @@ pub struct DeniedKeys {
 /// The key parts of counter key `key` of the limit counted as
 /// `(route, limit)` (see `keys::build_key`): what follows
 /// `{route:limit:` up to the closing `}`; the whole key if it is not so built.
-pub(crate) fn parts_of<'k>(key: &'k str, (route, limit): (&str, &str)) -> &'k str {
+pub fn parts_of<'k>(key: &'k str, (route, limit): (&str, &str)) -> &'k str {
     let parts = key.find('{').and_then(|open| {
         let rest = key
             .get(open + 1..)?

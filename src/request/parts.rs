@@ -129,7 +129,7 @@ impl<'a> PartValue<'a> {
 /// (without `?`). Names and values are percent-decoded and `+` is a space,
 /// as HTML forms and most frameworks read them, so `%61` and `a` are one
 /// key; a value that is not valid percent-encoding is taken as it is.
-pub(crate) fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
+pub fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
     let mut found = PartValue::Missing;
     for pair in query.split(|&b| b == b'&') {
         let (raw_name, raw_value) = match pair.iter().position(|&b| b == b'=') {
@@ -151,7 +151,7 @@ pub(crate) fn query_value<'a>(query: &'a [u8], name: &str) -> PartValue<'a> {
 /// `target` (origin form) without query parameter `name` (compared as
 /// [`query_value`] decodes it), or `None` when it has no such parameter.
 /// The other parameters stay as they were sent, in order.
-pub(crate) fn without_query_param(target: &[u8], name: &str) -> Option<Vec<u8>> {
+pub fn without_query_param(target: &[u8], name: &str) -> Option<Vec<u8>> {
     let at = target.iter().position(|&b| b == b'?')?;
     let (path, query) = (&target[..at], &target[at + 1..]);
     let named = |pair: &&[u8]| {

@@ -331,7 +331,7 @@ pub(super) fn parse_reply(
 /// One decision's line of a batch reply (whose first line is `now`): its
 /// numbers with `now` put back second, as a single decision's reply has
 /// them, or `!` and its error.
-pub(super) fn parse_batch_line(line: &[u8], now: i64) -> Result<Vec<i64>, LimiterError> {
+pub fn parse_batch_line(line: &[u8], now: i64) -> Result<Vec<i64>, LimiterError> {
     let mut values = parse_line(line)?;
     if values.is_empty() {
         return Err(LimiterError::Server("empty line in a batch reply".into()));
@@ -362,7 +362,9 @@ pub(super) fn parse_line(line: &[u8]) -> Result<Vec<i64>, LimiterError> {
         .collect()
 }
 
-pub(super) fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
+/// The decisions of a reply of `n` limits (`admitted, now`, then four
+/// numbers per limit), and Redis's `now`; an error for any other length.
+pub fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), LimiterError> {
     if reply.len() != 2 + 4 * n {
         return Err(LimiterError::Server(format!(
             "script returned {} values for {n} keys",
