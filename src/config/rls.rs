@@ -269,7 +269,7 @@ struct ReplacesFile {
 /// The rules files at `path`: the file itself, or the regular files
 /// directly in the directory (following symlinks, names starting with `.`
 /// left out, as in a mounted ConfigMap), sorted by name.
-pub(crate) fn rule_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn rule_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     if !std::fs::metadata(path)?.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
@@ -288,7 +288,7 @@ pub(crate) fn rule_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Reads the rules at `path`, with `default` as the algorithm of limits
 /// that name none; the warnings, one line each.
-pub(crate) fn read_rules(
+pub fn read_rules(
     path: &str,
     default: Algorithm,
 ) -> Result<(RlsRules, Vec<String>), ConfigError> {

@@ -67,7 +67,7 @@ fn step<'r>(node: &'r Node, entry: &Entry) -> Option<(&'r Node, Option<&'r str>)
 /// value (a shared wildcard's prefix in place of its value), each written
 /// as key parts are (raw when short and safe, else hashed), in one hash tag.
 /// `!` keeps it apart from every route's counters.
-pub(crate) fn counter_key(
+pub fn counter_key(
     prefix: &str,
     domain: &str,
     entries: &[Entry],

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The most of a refusal's body passed on to the client.
-const MAX_BODY: usize = 4096;
+pub const MAX_BODY: usize = 4096;
 /// The most answers cached at once (the cache is emptied when full).
 const MAX_CACHED: usize = 10_000;
 
@@ -168,33 +168,22 @@ impl AuthService {
             }
         };
         let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).cloned();
-        let text = |name: &str| {
-            header(name)
-                .and_then(|v| v.to_str().ok().map(str::trim).map(Arc::<str>::from))
-                .filter(|v| !v.is_empty())
+        let headers = response.headers().clone();
+        let body = match status {
+            401 | 403 => read_capped(response).await,
+            _ => Bytes::new(),
         };
-        match status {
-            200..=299 => AuthAnswer::Known {
-                user: text(&self.config.user_header),
-                plan: self.config.plan_header.as_deref().and_then(text),
-            },
-            401 | 403 => {
-                let (www_authenticate, content_type) =
-                    (header("www-authenticate"), header("content-type"));
-                let body = read_capped(response).await;
-                AuthAnswer::Refused {
-                    status,
-                    body,
-                    www_authenticate,
-                    content_type,
-                }
-            }
-            other => {
-                log::warn!("identity.auth_request: the service answered {other}");
-                AuthAnswer::Failed("the auth service failed")
-            }
+        let answer = read_answer(
+            status,
+            &headers,
+            &self.config.user_header,
+            self.config.plan_header.as_deref(),
+            body,
+        );
+        if let AuthAnswer::Failed(_) = answer {
+            log::warn!("identity.auth_request: the service answered {status}");
         }
+        answer
     }
 
     fn cached(&self, key: &[u8; 32]) -> Option<AuthAnswer> {
@@ -219,6 +208,38 @@ impl AuthService {
             }
             cache.insert(key, (Instant::now(), answer.clone()));
         }
+    }
+}
+
+/// What the service's answer says: a 2xx names the user (`user_header`,
+/// trimmed; none when absent, empty or not text) and the plan; a 401 or 403
+/// is passed on with `body` (at most [`MAX_BODY`] bytes), `WWW-Authenticate`
+/// and `Content-Type`; anything else is a failure, never an open door.
+pub fn read_answer(
+    status: u16,
+    headers: &http::HeaderMap,
+    user_header: &str,
+    plan_header: Option<&str>,
+    body: Bytes,
+) -> AuthAnswer {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok().map(str::trim).map(Arc::<str>::from))
+            .filter(|v| !v.is_empty())
+    };
+    match status {
+        200..=299 => AuthAnswer::Known {
+            user: text(user_header),
+            plan: plan_header.and_then(text),
+        },
+        401 | 403 => AuthAnswer::Refused {
+            status,
+            body: body.slice(..body.len().min(MAX_BODY)),
+            www_authenticate: headers.get("www-authenticate").cloned(),
+            content_type: headers.get("content-type").cloned(),
+        },
+        _ => AuthAnswer::Failed("the auth service failed"),
     }
 }
 
