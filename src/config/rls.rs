@@ -288,10 +288,7 @@ pub fn rule_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Reads the rules at `path`, with `default` as the algorithm of limits
 /// that name none; the warnings, one line each.
-pub fn read_rules(
-    path: &str,
-    default: Algorithm,
-) -> Result<(RlsRules, Vec<String>), ConfigError> {
+pub fn read_rules(path: &str, default: Algorithm) -> Result<(RlsRules, Vec<String>), ConfigError> {
     let whole = |message: String| ConfigError {
         path: PathBuf::from(path),
         problems: vec![Problem {
