@@ -256,31 +256,12 @@ impl RedisLimiter {
             return;
         };
         let refund = Refund::for_verdict(self.ledger.take(&member));
-        let mut keys = Vec::new();
-        let mut limits = Vec::new();
-        for (i, key) in queued.keys.iter().enumerate() {
-            let Some(limit) = queued.args.get(3 + 6 * i..9 + 6 * i) else {
-                return;
-            };
-            if refund.gives_back(refund_units(limit), late.is_some()) {
-                keys.push(key.as_str());
-                limits.push(limit);
-            }
-        }
-        if keys.is_empty() {
+        let gives_back = |limit: &[Vec<u8>]| refund.gives_back(refund_units(limit), late.is_some());
+        let Some(command) = self.own_call(queued, &member, "refund", late.unwrap_or(0), gives_back)
+        else {
             return;
-        }
+        };
         log::debug!("Redis ran (or may have run) a timed-out decision late: refunding ({refund:?}) for {member}");
-        let mut command = self.call_with_keys(&keys);
-        command
-            .arg(member.as_str())
-            .arg("refund")
-            .arg(late.unwrap_or(0));
-        for limit in limits {
-            for arg in limit {
-                command.arg(arg.as_slice());
-            }
-        }
         let mut conn = conn.clone();
         tokio::spawn(async move {
             if let Err(e) = command.query_async::<redis::Value>(&mut conn).await {
@@ -307,11 +288,26 @@ impl RedisLimiter {
     /// What writes the units `queued` takes (`add`), for every limit but a
     /// `concurrency` lease; `None` when that leaves nothing.
     fn admission_write(&self, queued: &Queued, member: &str) -> Option<redis::Cmd> {
+        let not_a_lease = |limit: &[Vec<u8>]| refund_units(limit) != Units::Lease;
+        self.own_call(queued, member, "add", 0, not_a_lease)
+    }
+
+    /// A single-decision call of `op` at `time` for `member` on the limits
+    /// of `queued` that `keep` keeps; `None` when it keeps none (or the
+    /// decision's arguments are short of its keys).
+    fn own_call(
+        &self,
+        queued: &Queued,
+        member: &str,
+        op: &str,
+        time: i64,
+        keep: impl Fn(&[Vec<u8>]) -> bool,
+    ) -> Option<redis::Cmd> {
         let mut keys = Vec::new();
         let mut limits = Vec::new();
         for (i, key) in queued.keys.iter().enumerate() {
             let limit = queued.args.get(3 + 6 * i..9 + 6 * i)?;
-            if refund_units(limit) != Units::Lease {
+            if keep(limit) {
                 keys.push(key.as_str());
                 limits.push(limit);
             }
@@ -320,7 +316,7 @@ impl RedisLimiter {
             return None;
         }
         let mut command = self.call_with_keys(&keys);
-        command.arg(member).arg("add").arg(0);
+        command.arg(member).arg(op).arg(time);
         for arg in limits.into_iter().flatten() {
             command.arg(arg.as_slice());
         }
