@@ -3,11 +3,20 @@
 //!
 //! - `POST /v1/consumers/{id}/keys` creates a key and returns it, once:
 //!   `201 {"key": "...", "key_id": "<first 12 hex of its hash>"}`; a JSON
-//!   body `{"plan": "pro"}` gives the key a plan;
+//!   body `{"plan": "pro"}` also makes `pro` the consumer's plan;
 //! - `GET /v1/consumers/{id}/keys` lists the ids of the consumer's keys;
 //! - `DELETE /v1/consumers/{id}/keys/{key_id}` revokes one: every instance
 //!   refuses it within `cache_ttl`;
+//! - `GET /v1/consumers/{id}` shows the consumer: its plan, the plan its
+//!   requests get, and each key's id, creation time and per-key plan;
+//! - `PUT` (or `PATCH`) `/v1/consumers/{id}` with `{"plan": "pro"}` (or
+//!   `{"plan": null}`) sets the consumer's plan for all its keys: every
+//!   instance applies it within `cache_ttl`;
 //! - `GET /v1/consumers` lists the consumers that have keys made here.
+//!
+//! A plan is one some limit with `limit_from: {consumer: plan}` lists;
+//! any other is refused (`400 unknown_plan`, with the plans there are), so
+//! a typo never quietly gives a customer the default number.
 //!
 //! Every call needs `Authorization: Bearer <admin token>`
 //! (`server.admin_token_env`), on any listener address: this API hands out
@@ -15,10 +24,11 @@
 
 use crate::admin::api::{authorize, error, Answer, Guard};
 use crate::config::consumers::valid_id;
-use crate::policy::identity::key_store::RedisKeys;
+use crate::policy::identity::key_store::{ConsumerView, RedisKeys};
 use crate::policy::state::GatewayState;
 use http::{Method, StatusCode};
 use serde_json::json;
+use std::collections::BTreeSet;
 
 /// Whether `path` is the consumers API's.
 pub fn handles(path: &str) -> bool {
@@ -52,19 +62,46 @@ pub async fn answer(
         .trim_start_matches("/v1/consumers/")
         .split('/')
         .collect();
-    let (consumer, key_id) = match parts[..] {
-        [consumer, "keys"] => (consumer, None),
-        [consumer, "keys", key_id] => (consumer, Some(key_id)),
+    let (consumer, keys, key_id) = match parts[..] {
+        [consumer] => (consumer, false, None),
+        [consumer, "keys"] => (consumer, true, None),
+        [consumer, "keys", key_id] => (consumer, true, Some(key_id)),
         _ => return error(StatusCode::NOT_FOUND, "not_found", json!({})),
     };
     if !valid_id(consumer) {
         return error(StatusCode::BAD_REQUEST, "bad_consumer_id", json!({}));
     }
     let decider = &state.decider;
-    let result = match (method, key_id) {
-        (&Method::POST, None) => {
-            let plan = match plan_of(body) {
-                Ok(plan) => plan,
+    let known = state.consumer_plans.known();
+    let result = match (method, keys, key_id) {
+        (&Method::GET, false, None) => store
+            .describe(consumer, decider)
+            .await
+            .map(|view| shown_consumer(state, consumer, view)),
+        (&Method::PUT | &Method::PATCH, false, None) => {
+            let plan = match plan_of(body, known, true) {
+                Ok(Some(plan)) => plan,
+                Ok(None) => return bad_body(),
+                Err(refusal) => return refusal,
+            };
+            store
+                .set_plan(consumer, plan.as_deref(), decider)
+                .await
+                .map(|()| {
+                    log::info!(
+                        target: "sluice::audit",
+                        "consumer {consumer}: plan set to {}",
+                        plan.as_deref().unwrap_or("none (each limit's own number)")
+                    );
+                    (
+                        StatusCode::OK,
+                        json!({ "consumer": consumer, "plan": plan }),
+                    )
+                })
+        }
+        (&Method::POST, true, None) => {
+            let plan = match plan_of(body, known, false) {
+                Ok(plan) => plan.flatten(),
                 Err(refusal) => return refusal,
             };
             store
@@ -72,18 +109,18 @@ pub async fn answer(
                 .await
                 .map(|(key, key_id)| (StatusCode::CREATED, json!({ "key": key, "key_id": key_id })))
         }
-        (&Method::GET, None) => store
+        (&Method::GET, true, None) => store
             .list(consumer, decider)
             .await
             .map(|ids| (StatusCode::OK, json!({ "consumer": consumer, "keys": ids }))),
-        (&Method::DELETE, Some(key_id)) if is_key_id(key_id) => store
+        (&Method::DELETE, true, Some(key_id)) if is_key_id(key_id) => store
             .revoke(consumer, key_id, decider)
             .await
             .map(|revoked| match revoked {
                 true => (StatusCode::OK, json!({ "revoked": key_id })),
                 false => error(StatusCode::NOT_FOUND, "not_found", json!({})),
             }),
-        (&Method::DELETE, Some(_)) => {
+        (&Method::DELETE, true, Some(_)) => {
             return error(StatusCode::BAD_REQUEST, "bad_key_id", json!({}))
         }
         _ => {
@@ -127,22 +164,72 @@ fn is_key_id(text: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The `plan` of a creation's JSON body (an empty body: none).
-fn plan_of(body: &[u8]) -> Result<Option<String>, Answer> {
+/// `GET /v1/consumers/{id}`: 404 for a consumer with neither keys nor a
+/// plan; else its plan, the plan its requests get (its own, else the one
+/// its keys name) and its keys.
+fn shown_consumer(state: &GatewayState, consumer: &str, view: ConsumerView) -> Answer {
+    if view.plan.is_none() && view.keys.is_empty() {
+        return error(StatusCode::NOT_FOUND, "not_found", json!({}));
+    }
+    let mut key_plans = view.keys.iter().map(|k| k.plan.clone());
+    let first = key_plans.next().flatten();
+    let applies = view
+        .plan
+        .clone()
+        .or_else(|| first.filter(|p| key_plans.all(|other| other.as_deref() == Some(p))));
+    let known = state.consumer_plans.known();
+    let applied_known = applies.as_ref().is_none_or(|p| known.contains(p));
+    (
+        StatusCode::OK,
+        json!({
+            "consumer": consumer,
+            "plan": view.plan,
+            "applied_plan": applies,
+            "plan_known": applied_known,
+            "keys": view.keys,
+        }),
+    )
+}
+
+fn bad_body() -> Answer {
+    error(
+        StatusCode::BAD_REQUEST,
+        "bad_body",
+        json!({ "expected": "{\"plan\": \"NAME\"}" }),
+    )
+}
+
+/// The `plan` of a JSON body: `None` when the body is empty or names no
+/// plan, `Some(None)` for `"plan": null` (allowed only where
+/// `null_clears`), `Some(Some(name))` for a plan in `known`. Any other
+/// name is refused with the plans there are.
+fn plan_of(
+    body: &[u8],
+    known: &BTreeSet<String>,
+    null_clears: bool,
+) -> Result<Option<Option<String>>, Answer> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let bad = || {
-        error(
-            StatusCode::BAD_REQUEST,
-            "bad_body",
-            json!({ "expected": "{\"plan\": \"NAME\"}" }),
-        )
-    };
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| bad())?;
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| bad_body())?;
+    if !value.is_object() {
+        return Err(bad_body());
+    }
     match value.get("plan") {
         None => Ok(None),
-        Some(serde_json::Value::String(plan)) if valid_id(plan) => Ok(Some(plan.clone())),
-        Some(_) => Err(bad()),
+        Some(serde_json::Value::Null) if null_clears => Ok(Some(None)),
+        Some(serde_json::Value::String(plan)) if known.contains(plan) => {
+            Ok(Some(Some(plan.clone())))
+        }
+        Some(serde_json::Value::String(plan)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "unknown_plan",
+            json!({
+                "plan": plan,
+                "plans": known,
+                "reason": "no limit with limit_from: {consumer: plan} lists this plan",
+            }),
+        )),
+        Some(_) => Err(bad_body()),
     }
 }

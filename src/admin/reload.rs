@@ -247,6 +247,7 @@ impl BackgroundService for Reloader {
             if let Err(e) = tokio::task::spawn_blocking(move || job.reload_and_log(cause)).await {
                 log::error!("config reload did not finish: {e}");
             }
+            self.job.state.load_full().report_consumer_plans().await;
         }
     }
 }

@@ -5,7 +5,9 @@
 //! limit, named as `overrides.match` names them (`ip`, `user`, `method`,
 //! `path`, `header.NAME`, `query.NAME`, `cookie.NAME`, `param.NAME`), with
 //! the raw value a request would carry; `plan=NAME` picks the plan for a
-//! limit whose number comes from one.
+//! limit whose number comes from one. Without it, a limit that takes its
+//! number from the consumer's plan answers for the plan of the consumer
+//! `user` names, read from the consumers store.
 //!
 //! Answers are JSON. With `server.admin_token_env` the API requires
 //! `Authorization: Bearer <token>`; without it, it answers only on a
@@ -54,7 +56,11 @@ pub async fn answer(
     };
     let c = &limit.config;
 
-    let (key, quota) = match key_and_quota(state, route, c, query) {
+    let plan = match plan_asked(state, c, query).await {
+        Ok(plan) => plan,
+        Err(e) => return e,
+    };
+    let (key, quota) = match key_and_quota(state, route, c, query, plan.as_deref()) {
         Ok(found) => found,
         Err(e) => return e,
     };
@@ -72,7 +78,7 @@ pub async fn answer(
     }
     match state.decider.peek(&[check]).await {
         Ok(decisions) => match decisions.first() {
-            Some(d) => usage_of(route, c, d, quota),
+            Some(d) => usage_of(route, c, d, quota, plan.as_deref()),
             None => unavailable(&"no decision"),
         },
         Err(e) => unavailable(&e),
@@ -107,19 +113,50 @@ fn route_and_limit<'s>(
 
 /// The usage report of limit `c` of `route`, from the limiter's decision
 /// `d`, for a key whose limit is `quota`.
-fn usage_of(route: &CompiledRoute, c: &LimitConfig, d: &Decision, quota: u64) -> Answer {
+fn usage_of(
+    route: &CompiledRoute,
+    c: &LimitConfig,
+    d: &Decision,
+    quota: u64,
+    plan: Option<&str>,
+) -> Answer {
     let remaining = d.remaining.min(quota);
-    (
-        StatusCode::OK,
-        json!({
-            "route": route.name,
-            "limit": c.name,
-            "quota": quota,
-            "used": quota - remaining,
-            "remaining": remaining,
-            "reset_seconds": ceil_secs(d.reset),
-        }),
-    )
+    let mut answer = json!({
+        "route": route.name,
+        "limit": c.name,
+        "quota": quota,
+        "used": quota - remaining,
+        "remaining": remaining,
+        "reset_seconds": ceil_secs(d.reset),
+    });
+    if c.limit_from.is_some() {
+        answer["plan"] = json!(plan);
+    }
+    (StatusCode::OK, answer)
+}
+
+/// The plan the answer is for: the `plan` parameter; else, for a limit
+/// that takes its number from the consumer's plan and whose key has
+/// `user`, the plan of the consumer the `user` parameter names (from the
+/// consumers store, as a request with its key would get).
+async fn plan_asked(
+    state: &GatewayState,
+    c: &LimitConfig,
+    query: &[u8],
+) -> Result<Option<String>, Answer> {
+    if let Some(plan) = parameter(query, "plan")? {
+        return Ok(Some(String::from_utf8_lossy(&plan).into_owned()));
+    }
+    if c.limit_from != Some(PlanSource::ConsumerPlan) || !c.key.contains(&KeyPart::User) {
+        return Ok(None);
+    }
+    let (Some(user), Some(keys)) = (parameter(query, "user")?, state.identity.api_keys()) else {
+        return Ok(None);
+    };
+    let user = String::from_utf8_lossy(&user);
+    keys.plan_of_consumer(&user, &state.decider)
+        .await
+        .map_err(|e| unavailable(&e))
 }
 
 /// The counter key the parameters name, and the limit that applies to it.
@@ -128,8 +165,8 @@ fn key_and_quota(
     route: &CompiledRoute,
     c: &LimitConfig,
     query: &[u8],
+    plan: Option<&str>,
 ) -> Result<(String, u64), Answer> {
-    let param = |name: &str| parameter(query, name);
     let values = part_values(c, query)?;
     let value_of = |wanted: &KeyPart| {
         values
@@ -185,11 +222,7 @@ fn key_and_quota(
         Ok(Some(key)) => key,
         _ => return Err(error(StatusCode::BAD_REQUEST, "bad_part", json!({}))),
     };
-    let plan = match param("plan") {
-        Ok(plan) => plan.map(|p| String::from_utf8_lossy(&p).into_owned()),
-        Err(e) => return Err(e),
-    };
-    let plan_of = |_: &PlanSource| plan.clone();
+    let plan_of = |_: &PlanSource| plan.map(str::to_string);
     let quota = applied_limit(c, &parts, &plan_of);
     Ok((key, quota))
 }

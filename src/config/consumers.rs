@@ -96,6 +96,11 @@ impl Consumers {
         self.by_hash.get(&key_hash(key)).map(|&i| &self.list[i])
     }
 
+    /// The consumer whose id is `id`.
+    pub fn by_id(&self, id: &str) -> Option<&Consumer> {
+        self.list.iter().find(|c| &*c.id == id)
+    }
+
     /// How many consumers there are.
     pub fn len(&self) -> usize {
         self.list.len()

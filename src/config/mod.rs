@@ -156,6 +156,18 @@ impl Config {
         Ok(config)
     }
 
+    /// The plans a consumer may have: those listed by the limits that take
+    /// their number from the consumer's plan (`limit_from: {consumer:
+    /// plan}`). Any other plan name would change nothing.
+    pub fn consumer_plans(&self) -> std::collections::BTreeSet<String> {
+        self.routes
+            .iter()
+            .flat_map(|r| &r.limits)
+            .filter(|l| l.limit_from == Some(PlanSource::ConsumerPlan))
+            .flat_map(|l| l.plans.iter().map(|(name, _)| name.clone()))
+            .collect()
+    }
+
     /// Reads the rules of `server.rls` into it; their warnings. Their
     /// problems are reported against their own files.
     fn read_rls_rules(&mut self) -> Result<Vec<String>, ConfigError> {
@@ -170,12 +182,7 @@ impl Config {
     /// Reads the consumers file of `identity.api_key` into it; its
     /// warnings. Its problems are reported against that file.
     fn read_consumers(&mut self) -> Result<Vec<String>, ConfigError> {
-        let plans: std::collections::BTreeSet<String> = self
-            .routes
-            .iter()
-            .flat_map(|r| &r.limits)
-            .flat_map(|l| l.plans.iter().map(|(name, _)| name.clone()))
-            .collect();
+        let plans = self.consumer_plans();
         let Some(api_key) = self.identity.api_key_mut() else {
             return Ok(Vec::new());
         };

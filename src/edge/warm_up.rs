@@ -58,6 +58,7 @@ impl BackgroundService for LimiterWarmUp {
             log::warn!("Redis is not connected at start ({e}): on_error decides until it is");
         }
         ready.notify_ready();
+        self.state.load_full().report_consumer_plans().await;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,

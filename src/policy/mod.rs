@@ -28,6 +28,7 @@
 //! Nothing here touches a Pingora session: the proxy reads the request head
 //! and the peer address into a [`RequestView`] and writes the [`Reply`].
 
+pub mod consumer_plans;
 pub mod exempt;
 pub mod identity;
 pub mod key_failures;
@@ -284,7 +285,10 @@ fn applied_keys(
     let whole_route = exempts(&state.config.exempt, &subject) || exempts(&route.exempt, &subject);
     let exempt = |limit: &CompiledLimit| whole_route || exempts(&limit.config.exempt, &subject);
     let plan = |source: &PlanSource| match source {
-        PlanSource::ConsumerPlan => who.plan.as_deref().map(str::to_string),
+        PlanSource::ConsumerPlan => who.plan.as_deref().map(|plan| {
+            state.consumer_plans.note(plan);
+            plan.to_string()
+        }),
         _ => plan_name(source, &subject),
     };
     let user = who.user.as_deref();

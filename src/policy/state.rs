@@ -11,6 +11,7 @@ use crate::limiter::{Decider, LimiterError};
 use crate::observe::metrics::{LimitCounters, Metrics};
 use crate::observe::top_keys::DeniedKeys;
 use crate::observe::trace::Tracer;
+use crate::policy::consumer_plans::ConsumerPlans;
 use crate::policy::identity::{Identity, IdentityDecisions};
 use crate::policy::route::RouteTable;
 use crate::request::parts::ClientIpResolver;
@@ -44,6 +45,8 @@ pub struct GatewayState {
     pub rls: Option<CompiledRls>,
     /// The tracer of `tracing:`, if a collector is named.
     pub tracer: Option<Arc<Tracer>>,
+    /// The plans a consumer may have; unknown ones reported.
+    pub consumer_plans: ConsumerPlans,
 }
 
 /// The decision counters of the rate-limit service's limits.
@@ -202,8 +205,17 @@ impl GatewayState {
             decider: Arc::new(decider),
             rls: CompiledRls::build(&config, metrics),
             tracer: tracer(&config, metrics, previous)?,
+            consumer_plans: ConsumerPlans::new(config.consumer_plans()),
             config,
         })
+    }
+
+    /// Logs the consumers of the Redis key store whose plan no limit
+    /// lists, with their number (run after a start and after each reload).
+    pub async fn report_consumer_plans(&self) {
+        if let Some(store) = self.identity.api_keys().and_then(|k| k.redis_store()) {
+            self.consumer_plans.report_store(store, &self.decider).await;
+        }
     }
 }
 

@@ -598,7 +598,7 @@ pub(crate) enum ProblemKind {
     DuplicateKey,
     /// A consumer's plan that no limit has.
     #[error(
-        "plan `{0}` is in no limit's `plans`: this consumer's requests get the limits' own numbers"
+        "plan `{0}` is in no `plans` of a limit with `limit_from: {{consumer: plan}}`: this consumer's requests get each limit's own number"
     )]
     UnknownConsumerPlan(String),
     /// `upstream_host` that is not a host name.

@@ -2,7 +2,10 @@
 //! layout other tools may write:
 //!
 //! - `<key_prefix>key:<sha256 hex of the key>`: a hash with the fields
-//!   `consumer` (its id) and `plan` (optional);
+//!   `consumer` (its id), `created` (Unix seconds, optional) and `plan`
+//!   (optional: a per-key plan, as earlier versions wrote it);
+//! - `<key_prefix>consumer:<id>:plan`: a string, the consumer's plan — it
+//!   applies to every key of the consumer and wins over a per-key `plan`;
 //! - `<key_prefix>consumer:<id>:keys`: a set of the hex hashes of the
 //!   consumer's keys (what the admin API lists and revokes by);
 //! - `<key_prefix>consumers`: a set of the ids of the consumers that have
@@ -17,12 +20,15 @@
 use crate::config::consumers::{generate_key, hex, key_hash, Consumer};
 use crate::limiter::{Decider, LimiterError};
 use crate::sync::Locked;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Answers kept at most; a full cache drops its expired answers, then all.
 pub const MAX_CACHED: usize = 100_000;
+
+/// Consumers whose plans a start or reload reads at most.
+pub const MAX_SURVEYED: usize = 10_000;
 
 /// How long an unknown key's answer is kept at most.
 const UNKNOWN_TTL: Duration = Duration::from_secs(1);
@@ -30,6 +36,34 @@ const UNKNOWN_TTL: Duration = Duration::from_secs(1);
 /// Admin writes get at least this long (a decision's budget is meant for
 /// the request path).
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A consumer of the Redis store, as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConsumerView {
+    /// Its own plan (`consumer:<id>:plan`), if set.
+    pub plan: Option<String>,
+    /// Its keys that still exist, sorted by id.
+    pub keys: Vec<KeyView>,
+}
+
+/// One key of a consumer, without the key.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyView {
+    /// The first 12 hex digits of the key's SHA-256.
+    pub key_id: String,
+    /// When it was made (Unix seconds), if it says.
+    pub created: Option<u64>,
+    /// A per-key plan, as earlier versions wrote it: used only while the
+    /// consumer has no plan of its own.
+    pub plan: Option<String>,
+}
+
+/// Now, in whole seconds since the Unix epoch.
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 /// Lookup answers by key hash: when each was fetched, and the consumer (or
 /// `None`: no such key).
@@ -64,6 +98,25 @@ impl RedisKeys {
         format!("{}consumers", self.prefix)
     }
 
+    fn consumer_plan_key(&self, consumer: &str) -> String {
+        format!("{}consumer:{consumer}:plan", self.prefix)
+    }
+
+    /// The consumer's own plan (`consumer:<id>:plan`), if one is set.
+    async fn own_plan(
+        &self,
+        consumer: &str,
+        timeout: Duration,
+        decider: &Decider,
+    ) -> Result<Option<String>, LimiterError> {
+        let mut get = redis::cmd("GET");
+        get.arg(self.consumer_plan_key(consumer));
+        let reply = decider.query(get, timeout).await?;
+        let plan: Option<String> = redis::from_redis_value(reply)
+            .map_err(|e| LimiterError::Server(format!("unexpected consumer plan: {e}")))?;
+        Ok(plan.filter(|p| !p.is_empty()))
+    }
+
     /// The consumer of `key` (the bytes as sent): from the cache while its
     /// answer lasts, else from Redis within `decider`'s budget.
     pub async fn find(
@@ -80,13 +133,21 @@ impl RedisKeys {
         let reply = decider.query(cmd, decider.budget()).await?;
         let fields: HashMap<String, String> = redis::from_redis_value(reply)
             .map_err(|e| LimiterError::Server(format!("unexpected key hash: {e}")))?;
-        let answer = fields
+        let answer = match fields
             .get("consumer")
             .filter(|id| crate::config::consumers::valid_id(id))
-            .map(|id| Consumer {
-                id: Arc::from(id.as_str()),
-                plan: fields.get("plan").map(|p| Arc::from(p.as_str())),
-            });
+        {
+            Some(id) => {
+                let own = self.own_plan(id, decider.budget(), decider).await?;
+                Some(Consumer {
+                    id: Arc::from(id.as_str()),
+                    plan: own
+                        .or_else(|| fields.get("plan").cloned())
+                        .map(|p| Arc::from(p.as_str())),
+                })
+            }
+            None => None,
+        };
         self.remember(hash, answer.clone());
         Ok(answer)
     }
@@ -117,8 +178,9 @@ impl RedisKeys {
         cache.insert(hash, (now, answer));
     }
 
-    /// Creates a key for `consumer` (with `plan`): the key, returned once,
-    /// and its id (the first 12 hex digits of its hash).
+    /// Creates a key for `consumer` (and, with `plan`, makes that the
+    /// consumer's plan): the key, returned once, and its id (the first 12
+    /// hex digits of its hash).
     pub async fn create(
         &self,
         consumer: &str,
@@ -130,11 +192,13 @@ impl RedisKeys {
         let mut hset = redis::cmd("HSET");
         hset.arg(self.key_hash_key(&hash_hex))
             .arg("consumer")
-            .arg(consumer);
-        if let Some(plan) = plan {
-            hset.arg("plan").arg(plan);
-        }
+            .arg(consumer)
+            .arg("created")
+            .arg(unix_seconds());
         decider.query(hset, ADMIN_TIMEOUT).await?;
+        if plan.is_some() {
+            self.set_plan(consumer, plan, decider).await?;
+        }
         let mut sadd = redis::cmd("SADD");
         sadd.arg(self.consumer_set(consumer)).arg(&hash_hex);
         decider.query(sadd, ADMIN_TIMEOUT).await?;
@@ -154,6 +218,94 @@ impl RedisKeys {
         ids.retain(|id| crate::config::consumers::valid_id(id));
         ids.sort();
         Ok(ids)
+    }
+
+    /// Sets (or, with `None`, clears) `consumer`'s plan: every instance
+    /// applies it to the consumer's keys within `cache_ttl`, this one on
+    /// the next request.
+    pub async fn set_plan(
+        &self,
+        consumer: &str,
+        plan: Option<&str>,
+        decider: &Decider,
+    ) -> Result<(), LimiterError> {
+        let key = self.consumer_plan_key(consumer);
+        let cmd = match plan {
+            Some(plan) => {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(plan);
+                set
+            }
+            None => {
+                let mut del = redis::cmd("DEL");
+                del.arg(key);
+                del
+            }
+        };
+        decider.query(cmd, ADMIN_TIMEOUT).await?;
+        self.cache
+            .locked()
+            .retain(|_, (_, answer)| answer.as_ref().is_none_or(|c| &*c.id != consumer));
+        Ok(())
+    }
+
+    /// The plan `consumer`'s requests get: its own, else the one plan all
+    /// its keys name (`None` when they name none, or differ).
+    pub async fn plan_of(
+        &self,
+        consumer: &str,
+        decider: &Decider,
+    ) -> Result<Option<String>, LimiterError> {
+        let view = self.describe(consumer, decider).await?;
+        if view.plan.is_some() {
+            return Ok(view.plan);
+        }
+        let mut key_plans = view.keys.iter().map(|k| k.plan.clone());
+        let first = key_plans.next().flatten();
+        Ok(first.filter(|p| key_plans.all(|other| other.as_deref() == Some(p))))
+    }
+
+    /// `consumer` as the admin API shows it: its plan and its keys (id,
+    /// creation time, per-key plan), the keys sorted by id.
+    pub async fn describe(
+        &self,
+        consumer: &str,
+        decider: &Decider,
+    ) -> Result<ConsumerView, LimiterError> {
+        let plan = self.own_plan(consumer, ADMIN_TIMEOUT, decider).await?;
+        let mut keys = Vec::new();
+        for hash_hex in self.hashes(consumer, decider).await? {
+            let mut hgetall = redis::cmd("HGETALL");
+            hgetall.arg(self.key_hash_key(&hash_hex));
+            let reply = decider.query(hgetall, ADMIN_TIMEOUT).await?;
+            let fields: HashMap<String, String> = redis::from_redis_value(reply)
+                .map_err(|e| LimiterError::Server(format!("unexpected key hash: {e}")))?;
+            if fields.get("consumer").map(String::as_str) != Some(consumer) {
+                continue; // revoked, or written for someone else
+            }
+            keys.push(KeyView {
+                key_id: hash_hex.get(..12).unwrap_or(&hash_hex).to_string(),
+                created: fields.get("created").and_then(|c| c.parse().ok()),
+                plan: fields.get("plan").filter(|p| !p.is_empty()).cloned(),
+            });
+        }
+        keys.sort_by(|a, b| a.key_id.cmp(&b.key_id));
+        Ok(ConsumerView { plan, keys })
+    }
+
+    /// How many of the listed consumers (`<key_prefix>consumers`; the first
+    /// [`MAX_SURVEYED`] in id order) get each plan, by the plan their requests carry (see [`RedisKeys::plan_of`]).
+    pub async fn plans_in_use(
+        &self,
+        decider: &Decider,
+    ) -> Result<BTreeMap<String, usize>, LimiterError> {
+        let mut counts = BTreeMap::new();
+        for consumer in self.consumers(decider).await?.iter().take(MAX_SURVEYED) {
+            if let Some(plan) = self.plan_of(consumer, decider).await? {
+                *counts.entry(plan).or_insert(0) += 1;
+            }
+        }
+        Ok(counts)
     }
 
     /// The ids of `consumer`'s keys, sorted.

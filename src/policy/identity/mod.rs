@@ -171,6 +171,21 @@ impl ApiKeys {
         }
     }
 
+    /// The plan the requests of consumer `id` get: from the consumers file,
+    /// or from Redis (the consumer's plan, else the one its keys name).
+    pub async fn plan_of_consumer(
+        &self,
+        id: &str,
+        decider: &crate::limiter::Decider,
+    ) -> Result<Option<String>, crate::limiter::LimiterError> {
+        match &self.store {
+            Store::File(consumers) => Ok(consumers
+                .by_id(id)
+                .and_then(|c| c.plan.as_deref().map(str::to_string))),
+            Store::Redis(keys) => keys.plan_of(id, decider).await,
+        }
+    }
+
     /// The key a request sent (`sent`: its header's or query parameter's
     /// value), or what its absence (or ambiguity) establishes.
     fn key<'h, 'a>(&self, sent: PartValue<'h>) -> Result<Cow<'h, [u8]>, Established<'a>> {
