@@ -112,7 +112,11 @@ fn main() -> ExitCode {
     if let Some(Command::Key(command)) = &cli.command {
         return key_command(command);
     }
-    let config = match Config::load(&cli.config) {
+    let loaded = match cli.check {
+        true => Config::load_for_check(&cli.config),
+        false => Config::load(&cli.config),
+    };
+    let config = match loaded {
         Ok(config) => config,
         Err(e) => {
             eprintln!("{e}");

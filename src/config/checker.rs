@@ -8,10 +8,21 @@ use super::problem::{KeyPath, ProblemKind};
 use super::Problem;
 use std::time::Duration;
 
+/// Whether the secrets a file names in environment variables must be set:
+/// to run, yes; to check the file (`--check`, in CI), they may be unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// An unset secret is a problem.
+    Required,
+    /// An unset secret is a warning naming it.
+    MayBeUnset,
+}
+
 /// Collects problems with their paths, resolved to positions at the end.
 pub(super) struct Checker<'a> {
     index: &'a PositionIndex,
     env: &'a dyn Fn(&str) -> Option<String>,
+    secrets: Secrets,
     pub(super) problems: Vec<Problem>,
     pub(super) warnings: Vec<Problem>,
 }
@@ -23,8 +34,31 @@ impl<'a> Checker<'a> {
         Self {
             index,
             env,
+            secrets: Secrets::Required,
             problems: Vec::new(),
             warnings: Vec::new(),
+        }
+    }
+
+    /// This checker with unset secrets reported as `secrets` says.
+    pub(super) fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// A secret's variable that is unset or empty (`kind` says which): a
+    /// problem, or, when only checking, a warning — the file is checked
+    /// all the same, and the gateway still refuses to start without it.
+    pub(super) fn secret_unset(&mut self, path: &KeyPath, kind: ProblemKind) {
+        match self.secrets {
+            Secrets::Required => self.problem(path, kind),
+            Secrets::MayBeUnset => {
+                let warning = self.at(
+                    path,
+                    format!("warning: {kind} (checked without it; the gateway refuses to start until it is set)"),
+                );
+                self.warnings.push(warning);
+            }
         }
     }
 

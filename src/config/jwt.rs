@@ -266,7 +266,7 @@ fn hmac_key(c: &mut Checker, base: &KeyPath, f: &JwtFile) -> JwtKey {
             JwtKey::Secret(secret.into_bytes())
         }
         _ => {
-            c.problem(&path, ProblemKind::SecretUnset(var));
+            c.secret_unset(&path, ProblemKind::SecretUnset(var));
             JwtKey::Secret(Vec::new())
         }
     }

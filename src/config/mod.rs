@@ -100,14 +100,22 @@ impl Config {
     /// Reads, expands, parses and validates the file at `path`, using the
     /// process environment for `${VAR}`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            problems: vec![Problem {
-                position: None,
-                message: format!("cannot read: {e}"),
-            }],
-        })?;
+        let text = read_config(path)?;
         Self::from_text(path, &text, |name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::load`] for `--check`: an unset environment variable
+    /// (`${VAR}` without a default, `server.admin_token_env`, a JWT
+    /// secret) is a warning naming it, and the file is checked with it
+    /// empty — so CI can check a file without holding its secrets.
+    pub fn load_for_check(path: &Path) -> Result<Config, ConfigError> {
+        let text = read_config(path)?;
+        Self::from_text_with(
+            path,
+            &text,
+            |name| std::env::var(name).ok(),
+            checker::Secrets::MayBeUnset,
+        )
     }
 
     /// Like [`Config::load`] on `text` already read from `path`, with `lookup`
@@ -117,32 +125,31 @@ impl Config {
         text: &str,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
+        Self::from_text_with(path, text, lookup, checker::Secrets::Required)
+    }
+
+    /// [`Config::from_text`], with unset secrets treated as `secrets` says.
+    fn from_text_with(
+        path: &Path,
+        text: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+        secrets: checker::Secrets,
+    ) -> Result<Config, ConfigError> {
         let fail = |problems: Vec<Problem>| ConfigError {
             path: path.to_path_buf(),
             problems,
         };
-        let expanded = env::expand(text, &lookup).map_err(|e| {
-            fail(vec![match e {
-                env::ExpandError::Unset(v) => Problem {
-                    position: Some((v.line, v.column)),
-                    message: format!(
-                        "environment variable `{}` is not set (write ${{{}:-default}} to give a default)",
-                        v.name, v.name
-                    ),
-                },
-                env::ExpandError::Unterminated(line, column) => Problem {
-                    position: Some((line, column)),
-                    message: "`${` without a closing `}`".into(),
-                },
-            }])
-        })?;
+        let (expanded, unset) =
+            expand_variables(text, &lookup, secrets).map_err(|p| fail(vec![p]))?;
         let parsed: file::FileConfig = if expanded.trim().is_empty() {
             file::FileConfig::default()
         } else {
             serde_yaml::from_str(&expanded).map_err(|e| fail(vec![serde_problem(&e)]))?
         };
         let index = position::PositionIndex::build(&expanded);
-        let (mut config, warnings) = validate::validate(parsed, &index, &lookup).map_err(fail)?;
+        let (mut config, mut warnings) =
+            validate::validate(parsed, &index, &lookup, secrets).map_err(fail)?;
+        warnings.splice(0..0, unset);
         resolve::resolve(&mut config, &index, &lookup).map_err(fail)?;
         let mut consumer_warnings = config.read_consumers()?;
         consumer_warnings.extend(config.read_rls_rules()?);
@@ -192,6 +199,57 @@ impl Config {
         let (read, warnings) = consumers::load(path, &plans)?;
         *consumers = std::sync::Arc::new(read);
         Ok(warnings)
+    }
+}
+
+/// The text of the config file at `path`.
+fn read_config(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        problems: vec![Problem {
+            position: None,
+            message: format!("cannot read: {e}"),
+        }],
+    })
+}
+
+/// `text` with its `${VAR}`s expanded through `lookup`. A variable that is
+/// unset (and has no default) is a problem; with `Secrets::MayBeUnset` it
+/// is a warning instead (returned), and expands to nothing.
+fn expand_variables(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    secrets: checker::Secrets,
+) -> Result<(String, Vec<Problem>), Problem> {
+    let mut unset: Vec<String> = Vec::new();
+    let mut warnings = Vec::new();
+    loop {
+        let known =
+            |name: &str| lookup(name).or_else(|| unset.iter().any(|u| u == name).then(String::new));
+        match env::expand(text, known) {
+            Ok(expanded) => return Ok((expanded, warnings)),
+            Err(env::ExpandError::Unset(v)) => {
+                let message = format!(
+                    "environment variable `{}` is not set (write ${{{}:-default}} to give a default)",
+                    v.name, v.name
+                );
+                let position = Some((v.line, v.column));
+                if secrets == checker::Secrets::Required || unset.contains(&v.name) {
+                    return Err(Problem { position, message });
+                }
+                warnings.push(Problem {
+                    position,
+                    message: format!("warning: {message}; checked as empty, and the gateway refuses to start until it is set"),
+                });
+                unset.push(v.name);
+            }
+            Err(env::ExpandError::Unterminated(line, column)) => {
+                return Err(Problem {
+                    position: Some((line, column)),
+                    message: "`${` without a closing `}`".into(),
+                })
+            }
+        }
     }
 }
 

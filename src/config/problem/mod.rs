@@ -502,6 +502,9 @@ pub(crate) enum ProblemKind {
         /// Its length in bytes.
         bytes: usize,
     },
+    /// Keys kept in Redis with no admin token to manage them.
+    #[error("with store: redis, keys are made and revoked through the admin API, which needs server.admin_token_env: without it every call answers 403")]
+    KeyStoreWithoutAdminToken,
     /// The admin token's variable unset or empty.
     #[error("environment variable `{0}` (the admin token) is not set or empty")]
     AdminTokenUnset(String),

@@ -17,7 +17,7 @@ mod server;
 mod tracing;
 mod upstream;
 
-use super::checker::Checker;
+use super::checker::{Checker, Secrets};
 use super::file::FileConfig;
 use super::position::PositionIndex;
 use super::problem::{KeyPath, ProblemKind};
@@ -28,8 +28,9 @@ pub(super) fn validate(
     file: FileConfig,
     index: &PositionIndex,
     env: &dyn Fn(&str) -> Option<String>,
+    secrets: Secrets,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
-    let mut c = Checker::new(index, env);
+    let mut c = Checker::new(index, env).with_secrets(secrets);
     let server = server::server(&mut c, &file.server);
     let client_ip = server::client_ip(&mut c, &file.client_ip);
     let identity = server::identity(&mut c, file.identity.as_ref());
@@ -42,6 +43,10 @@ pub(super) fn validate(
                 &at,
                 ProblemKind::Needs("store: redis", "limiter.backend: redis"),
             );
+        }
+        if redis_store && file.server.admin_token_env.is_none() {
+            let at = server::identity_path(file.identity.as_ref(), "api_key").key("store");
+            c.warning(&at, ProblemKind::KeyStoreWithoutAdminToken);
         }
     }
     let certificates = identity

@@ -123,7 +123,7 @@ fn admin_token(c: &mut Checker, s: &ServerFile) -> Option<String> {
     let token = c.env(var).filter(|t| !t.is_empty());
     if token.is_none() {
         let at = KeyPath::root("server").key("admin_token_env");
-        c.problem(&at, ProblemKind::AdminTokenUnset(var.clone()));
+        c.secret_unset(&at, ProblemKind::AdminTokenUnset(var.clone()));
     }
     token
 }
