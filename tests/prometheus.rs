@@ -203,3 +203,131 @@ fn a_real_prometheus_scrapes_the_decisions() {
         .query(r#"sum by (decision) (label_replace(up{job="sluice"}, "decision", "up", "", ""))"#);
     assert_eq!(up, [("up".to_string(), 1.0)]);
 }
+
+/// The `sluice_ratelimit_decisions_total` series of limit `l`, as
+/// `decision/source` pairs, sorted.
+fn series_of(metrics: &str) -> Vec<String> {
+    let mut pairs: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_ratelimit_decisions_total{") && l.contains("limit=\"l\""))
+        .map(|l| {
+            let label = |name: &str| {
+                let start = l.find(&format!("{name}=\"")).expect("label") + name.len() + 2;
+                l[start..].split('"').next().unwrap_or("").to_string()
+            };
+            format!("{}/{}", label("decision"), label("source"))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// Only the decision/source pairs that can happen for a limit's
+/// configuration are exported (no `allow` from `fail_closed`, no
+/// `deny_cache` on allows, no `local` where nothing decides locally).
+#[test]
+fn only_series_that_can_happen_are_exported() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "backend: local",
+            "",
+            &["allow/local", "deny/deny_cache", "deny/local"],
+        ),
+        (
+            "backend: local, deny_cache: false",
+            "",
+            &["allow/local", "deny/local"],
+        ),
+        (
+            "on_error: deny, redis: {url: \"redis://127.0.0.1:1\"}",
+            "",
+            &[
+                "allow/redis",
+                "deny/deny_cache",
+                "deny/fail_closed",
+                "deny/redis",
+            ],
+        ),
+        (
+            "on_error: allow, deny_cache: false, redis: {url: \"redis://127.0.0.1:1\"}",
+            ", shadow: true",
+            &[
+                "allow/fail_open",
+                "allow/redis",
+                "deny/redis",
+                "shadow_deny/redis",
+            ],
+        ),
+        (
+            "on_error: local, redis: {url: \"redis://127.0.0.1:1\"}",
+            ", on_limit: delay",
+            &[
+                "allow/local",
+                "allow/redis",
+                "delayed/local",
+                "delayed/redis",
+                "deny/deny_cache",
+                "deny/local",
+                "deny/redis",
+            ],
+        ),
+        (
+            "on_error: deny, redis: {url: \"redis://127.0.0.1:1\"}",
+            ", algorithm: concurrency",
+            &["allow/redis", "deny/fail_closed", "deny/redis"],
+        ),
+    ];
+    for (limiter, extra, expected) in cases {
+        let window = if extra.contains("concurrency") {
+            ""
+        } else {
+            ", window: 1m"
+        };
+        let sluice = Sluice::start(&format!(
+            "limiter: {{ {limiter} }}\nroutes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 5{window}{extra} }}\n"
+        ));
+        assert_eq!(series_of(&sluice.metrics()), *expected, "{limiter} {extra}");
+    }
+}
+
+/// The PromQL operators are given in docs/operations.md parses and runs
+/// in a real Prometheus, and the decision counts it sums are the test's.
+#[test]
+fn the_documented_queries_run_in_prometheus() {
+    let page = std::fs::read_to_string(format!("{ROOT}/docs/operations.md")).expect("read docs");
+    let section = page
+        .split("#### Reading the decisions")
+        .nth(1)
+        .expect("the section");
+    let block = section.split("```").nth(1).expect("its queries");
+    let queries: Vec<&str> = block
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(queries.len() >= 5, "{queries:?}");
+    let sluice = limited_sluice();
+    for _ in 0..7 {
+        sluice.get("/sms/send", &[]);
+    }
+    let prometheus = Prometheus::start(sluice.admin);
+    wait_until(Duration::from_secs(60), "a first scrape", || {
+        !prometheus
+            .query(r#"sum by (decision) (sluice_ratelimit_decisions_total)"#)
+            .is_empty()
+    });
+    for query in &queries {
+        let path = format!("/api/v1/query?query={}", percent_encode(query));
+        let response = try_get(prometheus.addr, &path, &[]).expect("query");
+        let json: serde_json::Value = serde_json::from_str(&response.body).expect("json");
+        assert_eq!(json["status"], "success", "{query}: {json}");
+    }
+    // The first question over the whole run: 5 allowed, 2 denied.
+    let summed = queries[0].replace("rate(", "(").replace("[5m]", "");
+    let mut seen = prometheus.query(&summed);
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        [("allow".to_string(), 5.0), ("deny".to_string(), 2.0)],
+        "{summed}"
+    );
+}

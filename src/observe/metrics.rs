@@ -155,13 +155,74 @@ pub struct DecisionTotals {
     pub failed_over: u64,
 }
 
-/// Pre-resolved decision counters of one limit, indexed by decision and source,
-/// so the request path does no label hashing.
+/// What a limit's decisions can be, which decides the series it has:
+/// only pairs of `decision` and `source` that can happen are exported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitShape {
+    /// A shadow limit (`decision="shadow_deny"`).
+    pub shadow: bool,
+    /// Some `exempt:` rule applies to it (`decision="exempt"`).
+    pub exemptible: bool,
+    /// It delays (`on_limit: delay`: `decision="delayed"`).
+    pub delays: bool,
+    /// A remembered denial may answer for it (the deny cache is on, and
+    /// the limit is neither shadow nor `concurrency`).
+    pub deny_cache: bool,
+    /// Who may decide for it.
+    pub sources: Deciders,
+}
+
+/// Who may decide a limit: the limiter's backend and its `on_error`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deciders {
+    /// Redis (`backend: redis`).
+    pub redis: bool,
+    /// The in-process limiter (`backend: local`, or `on_error: local`).
+    pub local: bool,
+    /// `on_error: allow` (admits only).
+    pub fail_open: bool,
+    /// `on_error: deny` (refuses only).
+    pub fail_closed: bool,
+}
+
+impl LimitShape {
+    /// A plain limit decided in process only (`backend: local`).
+    pub fn local() -> Self {
+        LimitShape {
+            sources: Deciders {
+                local: true,
+                ..Deciders::default()
+            },
+            ..LimitShape::default()
+        }
+    }
+
+    /// Whether `decision` can come from `source`.
+    fn can(&self, decision: DecisionLabel, source: Source) -> bool {
+        use DecisionLabel::{Allow, Delayed, Deny, ShadowDeny};
+        let by_a_limiter = match source {
+            Source::Redis => self.sources.redis,
+            Source::Local => self.sources.local,
+            _ => false,
+        };
+        match decision {
+            Allow => by_a_limiter || (source == Source::FailOpen && self.sources.fail_open),
+            Deny => {
+                by_a_limiter
+                    || (source == Source::FailClosed && self.sources.fail_closed)
+                    || (source == Source::DenyCache && self.deny_cache)
+            }
+            ShadowDeny => self.shadow && by_a_limiter,
+            Delayed => self.delays && by_a_limiter,
+        }
+    }
+}
+
+/// Pre-resolved decision counters of one limit, one per (decision, source)
+/// pair that can happen, so the request path does no label hashing.
 #[derive(Clone)]
 pub struct LimitCounters {
-    /// The decisions this limit has series for, in `counters`' row order.
-    rows: &'static [DecisionLabel],
-    counters: Vec<IntCounter>,
+    counters: Vec<(DecisionLabel, Source, IntCounter)>,
     /// `decision="exempt", source="exempt"`: requests the limit did not
     /// count; only for a limit some `exempt:` rule applies to (no series of
     /// zeros for the others).
@@ -181,35 +242,37 @@ impl LimitCounters {
     /// fallback made (`local`, `fail_open`, `fail_closed`), whatever they said.
     pub fn totals(&self) -> DecisionTotals {
         let mut totals = DecisionTotals::default();
-        for (row, decision) in self.rows.iter().enumerate() {
-            for (column, source) in Source::ALL.iter().enumerate() {
-                let index = row * Source::ALL.len() + column;
-                let count = self.counters.get(index).map_or(0, IntCounter::get);
-                match decision {
-                    DecisionLabel::Allow | DecisionLabel::Delayed => totals.allowed += count,
-                    DecisionLabel::Deny => totals.denied += count,
-                    DecisionLabel::ShadowDeny => totals.shadow_denied += count,
-                }
-                match source {
-                    Source::Local => totals.local += count,
-                    Source::FailOpen | Source::FailClosed => totals.failed_over += count,
-                    Source::Redis | Source::DenyCache => {}
-                }
+        for (decision, source, counter) in &self.counters {
+            let count = counter.get();
+            match decision {
+                DecisionLabel::Allow | DecisionLabel::Delayed => totals.allowed += count,
+                DecisionLabel::Deny => totals.denied += count,
+                DecisionLabel::ShadowDeny => totals.shadow_denied += count,
+            }
+            match source {
+                Source::Local => totals.local += count,
+                Source::FailOpen | Source::FailClosed => totals.failed_over += count,
+                Source::Redis | Source::DenyCache => {}
             }
         }
         totals
     }
 
-    /// Adds one to the counter of (`decision`, `source`).
-    /// `ShadowDeny` counts only on counters made with `shadow: true`,
-    /// `Delayed` only on those made with `delays: true`.
+    /// Adds one to the counter of (`decision`, `source`). A pair the
+    /// limit's [`LimitShape`] says cannot happen has no series: it is
+    /// logged (a bug to report) rather than counted.
     pub fn inc(&self, decision: DecisionLabel, source: Source) {
-        let Some(row) = self.rows.iter().position(|d| *d == decision) else {
-            return;
-        };
-        let column = Source::ALL.iter().position(|s| *s == source).unwrap_or(0);
-        if let Some(counter) = self.counters.get(row * Source::ALL.len() + column) {
-            counter.inc();
+        match self
+            .counters
+            .iter()
+            .find(|(d, s, _)| *d == decision && *s == source)
+        {
+            Some((_, _, counter)) => counter.inc(),
+            None => log::error!(
+                "no decision series for decision={} source={}: please report this",
+                decision.name(),
+                source.label()
+            ),
         }
     }
 }
@@ -500,46 +563,25 @@ impl Metrics {
     }
 
     /// Counters for one limit of one route, created at zero so that dashboards
-    /// and alerts see every series from the start. A `shadow` limit also has
-    /// `decision="shadow_deny"` series.
-    /// `exemptible`: whether an `exempt:` rule applies to the limit.
-    /// `delays`: whether it delays (`on_limit: delay`), which adds the
-    /// `decision="delayed"` series.
-    pub fn limit_counters(
-        &self,
-        route: &str,
-        limit: &str,
-        shadow: bool,
-        exemptible: bool,
-        delays: bool,
-    ) -> LimitCounters {
+    /// and alerts see every series from the start — only the pairs of
+    /// decision and source that `shape` says can happen.
+    pub fn limit_counters(&self, route: &str, limit: &str, shape: LimitShape) -> LimitCounters {
         use DecisionLabel::{Allow, Delayed, Deny, ShadowDeny};
-        let decisions: &'static [DecisionLabel] = match (shadow, delays) {
-            (true, true) => &[Allow, Deny, ShadowDeny, Delayed],
-            (true, false) => &[Allow, Deny, ShadowDeny],
-            (false, true) => &[Allow, Deny, Delayed],
-            (false, false) => &[Allow, Deny],
-        };
-        let mut counters = Vec::with_capacity(decisions.len() * Source::ALL.len());
-        for &decision in decisions {
+        let mut counters = Vec::new();
+        for decision in [Allow, Deny, ShadowDeny, Delayed] {
             for source in Source::ALL {
-                counters.push(self.decisions.with_label_values(&[
-                    route,
-                    limit,
-                    decision.name(),
-                    source.label(),
-                ]));
+                if shape.can(decision, source) {
+                    let labels = [route, limit, decision.name(), source.label()];
+                    let counter = self.decisions.with_label_values(&labels);
+                    counters.push((decision, source, counter));
+                }
             }
         }
-        let exempt = exemptible.then(|| {
+        let exempt = shape.exemptible.then(|| {
             self.decisions
                 .with_label_values(&[route, limit, "exempt", "exempt"])
         });
-        LimitCounters {
-            rows: decisions,
-            counters,
-            exempt,
-        }
+        LimitCounters { counters, exempt }
     }
 
     /// Counts one request of `route` answered with `status` (0: no
@@ -575,7 +617,7 @@ mod tests {
             .with_label_values(&["r"])
             .observe(0.01);
         metrics
-            .limit_counters("r", "l", false, false, false)
+            .limit_counters("r", "l", LimitShape::local())
             .inc(DecisionLabel::Deny, Source::Local);
         metrics.redis.duration.observe(0.001);
         let text = String::from_utf8(metrics.encode()).unwrap();

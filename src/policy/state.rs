@@ -8,6 +8,7 @@
 
 use crate::config::{Config, LimitConfig, RouteAction};
 use crate::limiter::{Decider, LimiterError};
+use crate::observe::metrics::{Deciders, LimitShape};
 use crate::observe::metrics::{LimitCounters, Metrics};
 use crate::observe::top_keys::DeniedKeys;
 use crate::observe::trace::Tracer;
@@ -66,13 +67,17 @@ impl CompiledRls {
         let counters = rules
             .limits
             .iter()
-            .map(|l| metrics.limit_counters(&l.domain, &l.label, l.shadow, false, false))
+            .map(|l| {
+                let shape = limit_shape(config, l.shadow, true);
+                metrics.limit_counters(&l.domain, &l.label, shape)
+            })
             .collect();
         let overrides = rules
             .domains
             .keys()
             .map(|domain| {
-                let counters = metrics.limit_counters(domain, "request_limit", false, false, false);
+                let shape = limit_shape(config, false, true);
+                let counters = metrics.limit_counters(domain, "request_limit", shape);
                 (domain.clone(), counters)
             })
             .collect();
@@ -255,11 +260,20 @@ fn compile_route(
                 counters: metrics.limit_counters(
                     &route.name,
                     &limit.name,
-                    limit.shadow,
-                    !(config.exempt.is_empty()
-                        && route.exempt.is_empty()
-                        && limit.exempt.is_empty()),
-                    !limit.max_delay.is_zero(),
+                    LimitShape {
+                        exemptible: !(config.exempt.is_empty()
+                            && route.exempt.is_empty()
+                            && limit.exempt.is_empty()),
+                        delays: !limit.max_delay.is_zero(),
+                        ..limit_shape(
+                            config,
+                            limit.shadow,
+                            !matches!(
+                                limit.algorithm,
+                                crate::config::Algorithm::Concurrency { .. }
+                            ),
+                        )
+                    },
                 ),
             })
             .collect(),
@@ -279,5 +293,27 @@ fn compile_route(
             .iter()
             .any(|l| !l.max_delay.is_zero())
             .then(|| metrics.delays.with_label_values(&[route.name.as_str()])),
+    }
+}
+
+/// The decisions a limit of `config` can have: who may decide it (the
+/// limiter's backend and `on_error`), and whether a remembered denial may
+/// answer for it (the deny cache is on, and the limit is neither `shadow`
+/// nor without a timed denial — `timed_denial` is false for
+/// `concurrency`).
+fn limit_shape(config: &Config, shadow: bool, timed_denial: bool) -> LimitShape {
+    use crate::config::{Backend, OnError};
+    let limiter = &config.limiter;
+    let redis = limiter.backend == Backend::Redis;
+    LimitShape {
+        shadow,
+        deny_cache: limiter.deny_cache && !shadow && timed_denial,
+        sources: Deciders {
+            redis,
+            local: !redis || limiter.on_error == OnError::Local,
+            fail_open: redis && limiter.on_error == OnError::Allow,
+            fail_closed: redis && limiter.on_error == OnError::Deny,
+        },
+        ..LimitShape::default()
     }
 }
