@@ -55,7 +55,10 @@ struct Cli {
 /// Commands other than running the gateway.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// API keys for `identity.api_key`.
+    /// API keys for a consumers file (`identity.api_key.store: file`):
+    /// make a key and the `sha256:` line the file holds for it. Keys kept
+    /// in Redis (`store: redis`) are made through the admin API instead
+    /// (`POST /v1/consumers/{id}/keys`).
     #[command(subcommand)]
     Key(KeyCommand),
 }

@@ -233,3 +233,66 @@ fn a_junk_credential_of_an_optional_method_never_skips_a_required_one() {
     assert_eq!(status(&[("X-Api-Key", ACME_KEY)]), 200);
     assert_eq!(upstream.hits(), 2);
 }
+
+/// A 401's `WWW-Authenticate` names what the client can do: for a missing
+/// credential, the schemes of the configured methods (a bearer token
+/// without an error: the client has no token to get wrong; where the API
+/// key goes); for an invalid one, the method that failed — never a bearer
+/// token's `invalid_token` for a missing or unknown API key.
+#[test]
+fn a_401_challenges_with_the_method_that_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start();
+    let sluice = start(&upstream, &consumers_file(dir.path()));
+    let challenge = |headers: &[(&str, &str)]| {
+        let response = sluice.get("/x", headers);
+        assert_eq!(response.status, 401, "{headers:?}");
+        response.header("www-authenticate").map(str::to_string)
+    };
+    assert_eq!(
+        challenge(&[]).as_deref(),
+        Some(r#"Bearer, ApiKey header="x-api-key""#)
+    );
+    assert_eq!(
+        challenge(&[("x-api-key", "not-a-known-key")]).as_deref(),
+        Some(r#"ApiKey header="x-api-key""#)
+    );
+    assert_eq!(
+        challenge(&[("Authorization", "Bearer garbage")]).as_deref(),
+        Some(r#"Bearer error="invalid_token""#)
+    );
+    let expired = format!("Bearer {}", token("alice", now() - 3600));
+    assert_eq!(
+        challenge(&[("Authorization", &expired)]).as_deref(),
+        Some(r#"Bearer error="invalid_token""#)
+    );
+}
+
+/// API keys alone: a missing key's 401 names the key's header, no bearer
+/// token.
+#[test]
+fn an_api_key_401_names_the_key_not_a_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start();
+    let sluice = Sluice::start(&format!(
+        r#"identity:
+  api_key: {{ query: api_key, file: "{file}", required: true }}
+limiter: {{ backend: local }}
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - {{ name: api, upstream: api }}
+"#,
+        file = consumers_file(dir.path()).display(),
+        upstream = upstream.addr,
+    ));
+    for path in ["/x", "/x?api_key=wrong"] {
+        let response = sluice.get(path, &[]);
+        assert_eq!(response.status, 401);
+        assert_eq!(
+            response.header("www-authenticate"),
+            Some(r#"ApiKey query="api_key""#),
+            "{path}"
+        );
+    }
+}

@@ -146,7 +146,7 @@ fn a_start_without_redis_is_ready_and_connects_when_redis_comes() {
         (ready.status, ready.body.as_str()),
         (
             200,
-            "ready: Redis is unreachable, on_error: local limits in process\n"
+            "degraded: Redis is unreachable, on_error: local limits in process\n"
         )
     );
     assert!(sluice.metrics().contains("sluice_redis_up 0"));

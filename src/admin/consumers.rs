@@ -12,7 +12,8 @@
 //! - `PUT` (or `PATCH`) `/v1/consumers/{id}` with `{"plan": "pro"}` (or
 //!   `{"plan": null}`) sets the consumer's plan for all its keys: every
 //!   instance applies it within `cache_ttl`;
-//! - `GET /v1/consumers` lists the consumers that have keys made here.
+//! - `GET /v1/consumers` lists the consumers that have keys made here,
+//!   and the plans a consumer may have.
 //!
 //! A plan is one some limit with `limit_from: {consumer: plan}` lists;
 //! any other is refused (`400 unknown_plan`, with the plans there are), so
@@ -149,7 +150,10 @@ async fn list(store: &RedisKeys, state: &GatewayState, method: &Method) -> Answe
     store
         .consumers(&state.decider)
         .await
-        .map(|ids| (StatusCode::OK, json!({ "consumers": ids })))
+        .map(|ids| {
+            let plans = state.consumer_plans.known();
+            (StatusCode::OK, json!({ "consumers": ids, "plans": plans }))
+        })
         .unwrap_or_else(|e| {
             log::warn!("consumers API: Redis could not answer: {e}");
             error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", json!({}))

@@ -239,7 +239,7 @@ fn readyz(readiness: Readiness) -> Response<Vec<u8>> {
         Readiness::Ready => (StatusCode::OK, "ready\n".to_string()),
         Readiness::Degraded(why) => (
             StatusCode::OK,
-            format!("ready: Redis is unreachable, {why}\n"),
+            format!("degraded: Redis is unreachable, {why}\n"),
         ),
         Readiness::NotReady(why) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -14,8 +14,13 @@ pub enum Rejection<'a> {
     BadRequest,
     /// No route matches: 404.
     NotFound,
-    /// A required identity is missing or invalid: 401.
-    Unauthorized,
+    /// A required identity is missing or invalid: 401, with the
+    /// `WWW-Authenticate` challenge of the method that failed (or of each
+    /// method a request could use, when it sent none), if it has one.
+    Unauthorized {
+        /// The challenge.
+        challenge: Option<HeaderValue>,
+    },
     /// An enforced limit denies (`response.status`, 429 by default).
     TooMany {
         /// The status to answer with.
@@ -170,12 +175,12 @@ impl Rejection<'_> {
         match self {
             Rejection::BadRequest => (400, Vec::new(), ErrorBody::only("bad_request")),
             Rejection::NotFound => (404, Vec::new(), ErrorBody::only("not_found")),
-            Rejection::Unauthorized => (
+            Rejection::Unauthorized { challenge } => (
                 401,
-                vec![(
-                    "www-authenticate",
-                    HeaderValue::from_static(r#"Bearer error="invalid_token""#),
-                )],
+                challenge
+                    .iter()
+                    .map(|c| ("www-authenticate", c.clone()))
+                    .collect(),
                 ErrorBody::only("unauthorized"),
             ),
             Rejection::TooMany {
@@ -245,7 +250,7 @@ impl Rejection<'_> {
         let (code, message, mut headers) = match self {
             Rejection::BadRequest => (13, "bad request".to_string(), Vec::new()),
             Rejection::NotFound => (12, "no route".to_string(), Vec::new()),
-            Rejection::Unauthorized => (16, "unauthorized".to_string(), Vec::new()),
+            Rejection::Unauthorized { .. } => (16, "unauthorized".to_string(), Vec::new()),
             Rejection::AuthRefused { status: 403, .. } => {
                 (7, "permission denied".to_string(), Vec::new())
             }

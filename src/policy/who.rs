@@ -99,7 +99,10 @@ pub(super) async fn identify<'v, 'r>(
     }
     let user = match established.user {
         User::Known(user) => Some(user),
-        User::Invalid(_) | User::Absent if required => return Err(Rejection::Unauthorized),
+        User::Invalid(_) | User::Absent if required => {
+            let challenge = challenge(state, method, &established.user);
+            return Err(Rejection::Unauthorized { challenge });
+        }
         User::Invalid(reason) => {
             log::debug!("identity ignored: {reason}");
             None
@@ -126,6 +129,42 @@ pub(super) fn sent_key<'v>(keys: &ApiKeys, head: &'v RequestHeader) -> PartValue
 
 /// The identity method whose credential the request carries first (a
 /// header identity counts only from a trusted proxy), if any.
+/// The `WWW-Authenticate` challenge of a 401: that of the method that
+/// decided (a bearer token's says whether it was invalid; an API key's
+/// names where the key goes), or, when the request sent no credential, one
+/// for each configured method that has a scheme. Methods without one
+/// (a trusted header, a client certificate) add none.
+fn challenge(
+    state: &GatewayState,
+    method: Option<&Identity>,
+    user: &User<'_>,
+) -> Option<http::HeaderValue> {
+    let of = |method: &Identity, invalid: bool| match method {
+        Identity::Jwt(_) if invalid => Some(r#"Bearer error="invalid_token""#.to_string()),
+        Identity::Jwt(_) => Some("Bearer".to_string()),
+        Identity::ApiKey(keys) => Some(match &keys.source {
+            KeySource::Header(name) => format!(r#"ApiKey header="{name}""#),
+            KeySource::Query(name) => format!(r#"ApiKey query="{name}""#),
+        }),
+        _ => None,
+    };
+    let challenges: Vec<String> = match method {
+        Some(method) => of(method, matches!(user, User::Invalid(_)))
+            .into_iter()
+            .collect(),
+        None => state
+            .identity
+            .methods()
+            .iter()
+            .filter_map(|m| of(m, false))
+            .collect(),
+    };
+    if challenges.is_empty() {
+        return None;
+    }
+    http::HeaderValue::from_str(&challenges.join(", ")).ok()
+}
+
 pub(super) fn deciding_method<'s>(
     state: &'s GatewayState,
     view: &RequestView<'_>,

@@ -782,3 +782,116 @@ fn a_screenshot_of_the_overview_under_load() {
     );
     assert_eq!(tab.violations(), json!([]));
 }
+
+/// A customer on a plan, from the page: the form takes the ids the API
+/// takes (and only those), offers only the plans there are; the Consumers
+/// panel shows the plan and changes it in two clicks; "Who is limited"
+/// shows the usage of the consumer's plan (50 of 50, not 5 of 5).
+#[test]
+fn a_consumers_plan_is_shown_changed_and_used_from_the_page() {
+    let (redis, upstream) = (RedisServer::start(), Upstream::start());
+    let sluice = Sluice::start_with_server(
+        "  admin_token_env: CONSOLE_TOKEN\n",
+        &format!(
+            r#"identity:
+  api_key: {{ header: x-api-key, store: redis, cache_ttl: 1s }}
+limiter:
+  redis: {{ url: "{url}", timeout: 500ms }}
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: api
+    upstream: api
+    limits:
+      - {{ name: per-customer, key: [user], window: 1m, limit_from: {{ consumer: plan }}, plans: {{ free: 5, pro: 50 }} }}
+"#,
+            url = redis.url(),
+            upstream = upstream.addr
+        ),
+        &[("CONSOLE_TOKEN", TOKEN)],
+    );
+    let chromium = Chromium::start();
+    let mut tab = logged_in(&chromium, &sluice);
+    tab.click("nav button[data-view='consumers']");
+    tab.wait_for(
+        PATIENCE,
+        "the plans offered",
+        "[...document.querySelectorAll('#create-plan option')].map(o => o.value).join(',') === ',free,pro'",
+    );
+    // The form's rule is the API's: 1-128 of A-Z a-z 0-9 . _ - @ :
+    let valid = |tab: &mut Tab, id: &str| {
+        let script = format!(
+            "(() => {{ const i = document.getElementById('create-consumer'); i.value = {}; return i.checkValidity(); }})()",
+            json!(id)
+        );
+        tab.eval(&script).as_bool().expect("a boolean")
+    };
+    for id in ["ops@acme:eu", "a.b_c-d", &"a".repeat(128)] {
+        assert!(valid(&mut tab, id), "{id}");
+        let path = format!("/v1/consumers/{id}");
+        assert_ne!(admin(&sluice, "GET", &path).0, 400, "{id}");
+    }
+    for id in ["bad id", "a/b", "é"] {
+        assert!(!valid(&mut tab, id), "{id}");
+    }
+    assert!(!valid(&mut tab, &"a".repeat(129)));
+
+    tab.eval("document.getElementById('create-consumer').value = 'bob'; document.getElementById('create-plan').value = 'pro'; document.getElementById('create').requestSubmit(); 1");
+    tab.wait_for(
+        PATIENCE,
+        "the new key",
+        "!document.getElementById('created').hidden",
+    );
+    let key = shows_text(&mut tab, "#created-key");
+    let statuses: Vec<u16> = (0..52)
+        .map(|_| sluice.get("/x", &[("x-api-key", &key)]).status)
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 50);
+
+    // "Who is limited" → Usage: the pro quota.
+    tab.click("nav button[data-view='limited']");
+    tab.wait_for(
+        PATIENCE,
+        "bob",
+        "document.querySelector(\"#top tr[data-rank='1'] button\")",
+    );
+    tab.click("#top tr[data-rank='1'] button");
+    tab.wait_for(
+        PATIENCE,
+        "his usage",
+        "(document.querySelector('#top tr.usage') || {}).textContent",
+    );
+    let shown = shows_text(&mut tab, "#top tr.usage");
+    assert!(shown.contains("Used 50 of 50; 0 remaining"), "{shown}");
+
+    // Consumers: bob's plan shown, changed to free in two clicks.
+    tab.click("nav button[data-view='consumers']");
+    tab.wait_for(
+        PATIENCE,
+        "bob listed",
+        "document.querySelector('#consumers tr[data-consumer=\"bob\"] button')",
+    );
+    tab.click("#consumers tr[data-consumer='bob'] button");
+    tab.wait_for(
+        PATIENCE,
+        "his plan",
+        "(document.querySelector('#consumers tr[data-consumer=\"bob\"] .plan-name') || {}).textContent === 'pro'",
+    );
+    tab.eval("document.querySelector('#consumers tr[data-consumer=\"bob\"] .plan-choice').value = 'free'; 1");
+    tab.click("#consumers tr[data-consumer='bob'] .plan button.danger");
+    assert_eq!(
+        admin(&sluice, "GET", "/v1/consumers/bob").1["plan"],
+        "pro",
+        "one click changes nothing"
+    );
+    tab.click("#consumers tr[data-consumer='bob'] .plan button.danger");
+    tab.wait_for(
+        PATIENCE,
+        "the new plan",
+        "(document.querySelector('#consumers tr[data-consumer=\"bob\"] .plan-name') || {}).textContent === 'free'",
+    );
+    assert_eq!(admin(&sluice, "GET", "/v1/consumers/bob").1["plan"], "free");
+    assert!(sluice.log().contains("consumer bob: plan set to free"));
+    assert_eq!(sluice.get("/x", &[("x-api-key", &key)]).status, 429);
+    assert_nothing_ran(&mut tab);
+}

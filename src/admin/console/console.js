@@ -33,7 +33,7 @@
 
   // ---- building the page, as text -------------------------------------------
 
-  const ATTRIBUTES = new Set(["type", "title", "colspan", "role", "aria-label", "disabled"]);
+  const ATTRIBUTES = new Set(["type", "title", "colspan", "role", "aria-label", "disabled", "value"]);
 
   // An element with `props` (class, dataset, the attributes above, onclick)
   // and children: nodes, or values put in as text.
@@ -602,11 +602,22 @@
       throw error;
     }
     consumersOff("");
+    // The periodic refresh leaves an unchanged list alone: an opened row,
+    // or a plan being chosen, stays as it is.
+    const seen = JSON.stringify(data);
+    if (seen === shownConsumers && $("consumers").childElementCount) return;
+    shownConsumers = seen;
+    plans = data.plans || [];
+    const choice = $("create-plan");
+    const chosen = choice.value;
+    choice.replaceChildren(el("option", { value: "" }, "(none)"), ...plans.map((p) => el("option", { value: p }, p)));
+    choice.value = plans.includes(chosen) ? chosen : "";
     const rows = data.consumers.map((id) =>
       el(
         "tr",
         { dataset: { consumer: id } },
         el("td", null, el("code", null, id)),
+        el("td", { class: "plan" }),
         el("td", { class: "keys" }),
         el("td", null, el("button", { type: "button", onclick: (event) => showKeys(id, event.target.closest("tr")) }, "Keys"))
       )
@@ -614,40 +625,72 @@
     fill(
       "consumers",
       rows.length
-        ? el("table", null, el("thead", null, el("tr", null, el("th", null, "Consumer"), el("th", null, "Keys (id: the first 12 hex of the key's SHA-256)"), el("th", null))), el("tbody", null, rows))
+        ? el("table", null, el("thead", null, el("tr", null, el("th", null, "Consumer"), el("th", null, "Plan"), el("th", null, "Keys (id: the first 12 hex of the key's SHA-256)"), el("th", null))), el("tbody", null, rows))
         : el("p", { class: "muted" }, "No consumer has a key made here yet.")
     );
   }
 
   async function showKeys(consumer, row) {
     try {
-      const data = await api("GET", "/v1/consumers/" + encodeURIComponent(consumer) + "/keys", undefined, true);
+      const data = await api("GET", "/v1/consumers/" + encodeURIComponent(consumer), undefined, true);
       const cell = row.querySelector(".keys");
       cell.replaceChildren();
       append(
         cell,
         data.keys.length
-          ? data.keys.map((id) =>
+          ? data.keys.map((key) =>
               el(
                 "div",
-                { class: "key-id", dataset: { key: id } },
-                el("code", null, id),
+                { class: "key-id", dataset: { key: key.key_id } },
+                el("code", null, key.key_id),
+                key.created ? el("span", { class: "muted" }, " made " + new Date(key.created * 1000).toISOString().slice(0, 16).replace("T", " ")) : "",
+                key.plan && !data.plan ? el("span", { class: "muted" }, " (its own plan: " + key.plan + ")") : "",
                 " ",
-                twoStep("Revoke", "Revoke: sure?", () => revoke(consumer, id))
+                twoStep("Revoke", "Revoke: sure?", () => revoke(consumer, key.key_id))
               )
             )
           : el("span", { class: "muted" }, "no key")
       );
+      showPlan(consumer, row, data);
     } catch (error) {
       if (!(error instanceof Locked)) showError(error.message);
     }
   }
 
+  // A consumer's plan, and a change of it (two clicks, like a revocation).
+  function showPlan(consumer, row, data) {
+    const cell = row.querySelector(".plan");
+    const current = data.applied_plan || "";
+    const choice = el("select", { class: "plan-choice" }, el("option", { value: "" }, "(none)"), ...plans.map((p) => el("option", { value: p }, p)));
+    choice.value = plans.includes(current) ? current : "";
+    const shown = el("strong", { class: "plan-name" }, current || "(none)");
+    const warning = data.plan_known === false ? el("span", { class: "badge warn" }, "not in any limit's plans: gets each limit's own number") : "";
+    cell.replaceChildren();
+    append(cell, [
+      shown,
+      warning,
+      " ",
+      choice,
+      " ",
+      twoStep("Change plan", "Change plan: sure?", async () => {
+        const plan = choice.value === "" ? null : choice.value;
+        await api("PUT", "/v1/consumers/" + encodeURIComponent(consumer), { plan }, true);
+        await showKeys(consumer, row);
+      }),
+    ]);
+  }
+
   async function revoke(consumer, id) {
     await api("DELETE", "/v1/consumers/" + encodeURIComponent(consumer) + "/keys/" + encodeURIComponent(id), undefined, true);
     $("created").hidden = true;
+    shownConsumers = null;
     await loadConsumers();
   }
+
+  // The plans a consumer may have (from GET /v1/consumers).
+  let plans = [];
+  // The consumers list last drawn (its JSON).
+  let shownConsumers = null;
 
   async function create(event) {
     event.preventDefault();
@@ -658,6 +701,7 @@
       $("created-consumer").textContent = consumer;
       $("created-key").textContent = made.key;
       $("created").hidden = false;
+      shownConsumers = null;
       await loadConsumers();
     } catch (error) {
       if (!(error instanceof Locked)) showError("Could not create the key: " + error.message);

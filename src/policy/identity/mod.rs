@@ -354,7 +354,7 @@ impl Identity {
     }
 
     /// The methods in the order they are tried.
-    fn methods(&self) -> &[Identity] {
+    pub fn methods(&self) -> &[Identity] {
         match self {
             Identity::None => &[],
             Identity::Several(methods) => methods,
