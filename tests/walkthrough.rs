@@ -145,3 +145,25 @@ fn the_redis_key_store_walkthrough_runs_as_written() {
     assert!(!redis.keys("sluice:*acme*").is_empty());
     assert!(upstream.hits() >= 6, "{context}");
 }
+
+/// The README's quick start goes build and run, `curl`, console, with the
+/// build's time on 2 cores — the tests and their prerequisites in a
+/// section of their own after it.
+#[test]
+fn the_readme_quick_start_runs_the_gateway_before_any_test() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let start = readme.find("## Quick start").expect("a quick start");
+    let tests = readme.find("## Running the tests").expect("a tests section");
+    assert!(start < tests);
+    let quick = &readme[start..tests];
+    let run = quick
+        .find("cargo run --release -- --config conf/sluice.yaml")
+        .expect("the run command");
+    let curl = quick.find("curl ").expect("a curl");
+    let console = quick.find("/console/").expect("the console");
+    assert!(run < curl && curl < console, "{quick}");
+    assert!(!quick.contains("cargo test") && !quick.contains("redis-server"), "{quick}");
+    assert!(quick.contains("on 2 cores"), "{quick}");
+    assert!(readme[tests..].contains("```sh\ncargo test\n```"));
+}

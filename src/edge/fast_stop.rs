@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// How long Pingora's own fast stop may take before the process is ended.
-pub const FAST_STOP_LIMIT: Duration = Duration::from_secs(1);
+pub const FAST_STOP_LIMIT: Duration = Duration::from_millis(300);
 
 /// Ends the process [`FAST_STOP_LIMIT`] after `SIGINT`.
 pub struct FastStopWatch {
