@@ -48,13 +48,7 @@ routes:
 
 /// `method path` on the admin listener with the token and `body`.
 fn admin(sluice: &Sluice, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let response = raw_request(sluice.admin, raw.as_bytes());
-    let value = serde_json::from_str(&response.body).unwrap_or(serde_json::Value::Null);
-    (response.status, value)
+    admin_call(sluice.admin, TOKEN, method, path, body)
 }
 
 fn with_key(sluice: &Sluice, key: &str) -> u16 {

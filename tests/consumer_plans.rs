@@ -48,13 +48,7 @@ fn start(redis: &RedisServer, upstream: &Upstream, plans: &str) -> Sluice {
 
 /// `method path` on the admin listener with the token and `body`.
 fn admin(sluice: &Sluice, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let response = raw_request(sluice.admin, raw.as_bytes());
-    let value = serde_json::from_str(&response.body).unwrap_or(serde_json::Value::Null);
-    (response.status, value)
+    admin_call(sluice.admin, TOKEN, method, path, body)
 }
 
 /// A new key of `consumer`, created with this JSON body.

@@ -154,7 +154,9 @@ fn the_readme_quick_start_runs_the_gateway_before_any_test() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("read README.md");
     let start = readme.find("## Quick start").expect("a quick start");
-    let tests = readme.find("## Running the tests").expect("a tests section");
+    let tests = readme
+        .find("## Running the tests")
+        .expect("a tests section");
     assert!(start < tests);
     let quick = &readme[start..tests];
     let run = quick
@@ -163,7 +165,10 @@ fn the_readme_quick_start_runs_the_gateway_before_any_test() {
     let curl = quick.find("curl ").expect("a curl");
     let console = quick.find("/console/").expect("the console");
     assert!(run < curl && curl < console, "{quick}");
-    assert!(!quick.contains("cargo test") && !quick.contains("redis-server"), "{quick}");
+    assert!(
+        !quick.contains("cargo test") && !quick.contains("redis-server"),
+        "{quick}"
+    );
     assert!(quick.contains("on 2 cores"), "{quick}");
     assert!(readme[tests..].contains("```sh\ncargo test\n```"));
 }

@@ -1312,6 +1312,24 @@ pub fn try_get(
     Ok(parse_response(&bytes, start.elapsed()))
 }
 
+/// `method path` on the admin listener `admin` with `Authorization: Bearer
+/// token` and `body`: the status and the JSON answer (`Null` if none).
+pub fn admin_call(
+    admin: SocketAddr,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let response = raw_request(admin, raw.as_bytes());
+    let value = serde_json::from_str(&response.body).unwrap_or(serde_json::Value::Null);
+    (response.status, value)
+}
+
 // ------------------------------------------------------------------ --check
 
 /// Runs `sluice --check` on `text`, written to a temporary file: its exit
