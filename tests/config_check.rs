@@ -329,3 +329,45 @@ fn a_redis_key_store_without_an_admin_token_is_warned_about() {
         "{stderr}"
     );
 }
+
+/// `sluice key --help` says the command is for a consumers file, and where
+/// keys kept in Redis are made instead.
+#[test]
+fn the_key_command_says_it_is_for_the_file_store() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["key", "--help"])
+        .output()
+        .expect("run sluice key --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("store: file") && help.contains("POST /v1/consumers/{id}/keys"),
+        "{help}"
+    );
+}
+
+/// Every duration unit the parser takes is in docs/configuration.md's
+/// list, and each is accepted.
+#[test]
+fn every_duration_unit_is_documented_and_accepted() {
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("read docs/configuration.md");
+    let units = docs
+        .lines()
+        .skip_while(|l| !l.contains("Durations:"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    for unit in ["us", "ms", "s", "m", "h", "d"] {
+        assert!(units.contains(&format!("`{unit}`")), "`{unit}` in: {units}");
+        let (code, stderr, _) = check_text(&format!(
+            "limiter:\n  backend: local\n  redis:\n    timeout: 500{unit}\n"
+        ));
+        assert_eq!(code, 0, "500{unit}: {stderr}");
+    }
+    let (code, _, _) = check_text("limiter:\n  redis:\n    timeout: 500ns\n");
+    assert_eq!(code, 1, "an undocumented unit is refused");
+}

@@ -25,6 +25,7 @@
 
 use crate::admin::api::{authorize, error, Answer, Guard};
 use crate::config::consumers::valid_id;
+use crate::limiter::LimiterError;
 use crate::policy::identity::key_store::{ConsumerView, RedisKeys};
 use crate::policy::state::GatewayState;
 use http::{Method, StatusCode};
@@ -72,65 +73,16 @@ pub async fn answer(
     if !valid_id(consumer) {
         return error(StatusCode::BAD_REQUEST, "bad_consumer_id", json!({}));
     }
-    let decider = &state.decider;
-    let known = state.consumer_plans.known();
-    let result = match (method, keys, key_id) {
-        (&Method::GET, false, None) => store
-            .describe(consumer, decider)
-            .await
-            .map(|view| shown_consumer(state, consumer, view)),
-        (&Method::PUT | &Method::PATCH, false, None) => {
-            let plan = match plan_of(body, known, true) {
-                Ok(Some(plan)) => plan,
-                Ok(None) => return bad_body(),
-                Err(refusal) => return refusal,
-            };
-            store
-                .set_plan(consumer, plan.as_deref(), decider)
-                .await
-                .map(|()| {
-                    log::info!(
-                        target: "sluice::audit",
-                        "consumer {consumer}: plan set to {}",
-                        plan.as_deref().unwrap_or("none (each limit's own number)")
-                    );
-                    (
-                        StatusCode::OK,
-                        json!({ "consumer": consumer, "plan": plan }),
-                    )
-                })
-        }
-        (&Method::POST, true, None) => {
-            let plan = match plan_of(body, known, false) {
-                Ok(plan) => plan.flatten(),
-                Err(refusal) => return refusal,
-            };
-            store
-                .create(consumer, plan.as_deref(), decider)
-                .await
-                .map(|(key, key_id)| (StatusCode::CREATED, json!({ "key": key, "key_id": key_id })))
-        }
-        (&Method::GET, true, None) => store
-            .list(consumer, decider)
-            .await
-            .map(|ids| (StatusCode::OK, json!({ "consumer": consumer, "keys": ids }))),
-        (&Method::DELETE, true, Some(key_id)) if is_key_id(key_id) => store
-            .revoke(consumer, key_id, decider)
-            .await
-            .map(|revoked| match revoked {
-                true => (StatusCode::OK, json!({ "revoked": key_id })),
-                false => error(StatusCode::NOT_FOUND, "not_found", json!({})),
-            }),
-        (&Method::DELETE, true, Some(_)) => {
-            return error(StatusCode::BAD_REQUEST, "bad_key_id", json!({}))
-        }
-        _ => {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                json!({}),
-            )
-        }
+    let call = Call {
+        store,
+        state,
+        method,
+        consumer,
+        body,
+    };
+    let result = match (keys, key_id) {
+        (false, _) => call.on_consumer().await,
+        (true, key_id) => call.on_keys(key_id).await,
     };
     result.unwrap_or_else(|e| {
         log::warn!("consumers API: Redis could not answer: {e}");
@@ -138,14 +90,90 @@ pub async fn answer(
     })
 }
 
+/// A call about one consumer.
+struct Call<'a> {
+    store: &'a RedisKeys,
+    state: &'a GatewayState,
+    method: &'a Method,
+    consumer: &'a str,
+    body: &'a [u8],
+}
+
+/// An answer, or Redis failing to give one.
+type Outcome = Result<Answer, LimiterError>;
+
+impl Call<'_> {
+    /// `/v1/consumers/{id}`: `GET` shows the consumer, `PUT`/`PATCH` set
+    /// its plan.
+    async fn on_consumer(&self) -> Outcome {
+        let (store, decider, consumer) = (self.store, &self.state.decider, self.consumer);
+        match *self.method {
+            Method::GET => store
+                .describe(consumer, decider)
+                .await
+                .map(|view| shown_consumer(self.state, consumer, view)),
+            Method::PUT | Method::PATCH => {
+                let plan = match plan_of(self.body, self.state.consumer_plans.known(), true) {
+                    Ok(Some(plan)) => plan,
+                    Ok(None) => return Ok(bad_body()),
+                    Err(refusal) => return Ok(refusal),
+                };
+                store.set_plan(consumer, plan.as_deref(), decider).await?;
+                log::info!(
+                    target: "sluice::audit",
+                    "consumer {consumer}: plan set to {}",
+                    plan.as_deref().unwrap_or("none (each limit's own number)")
+                );
+                let body = json!({ "consumer": consumer, "plan": plan });
+                Ok((StatusCode::OK, body))
+            }
+            _ => Ok(not_allowed()),
+        }
+    }
+
+    /// `/v1/consumers/{id}/keys[/{key_id}]`: `POST` creates a key, `GET`
+    /// lists them, `DELETE` revokes one.
+    async fn on_keys(&self, key_id: Option<&str>) -> Outcome {
+        let (store, decider, consumer) = (self.store, &self.state.decider, self.consumer);
+        match (self.method, key_id) {
+            (&Method::POST, None) => {
+                let plan = match plan_of(self.body, self.state.consumer_plans.known(), false) {
+                    Ok(plan) => plan.flatten(),
+                    Err(refusal) => return Ok(refusal),
+                };
+                let (key, key_id) = store.create(consumer, plan.as_deref(), decider).await?;
+                Ok((StatusCode::CREATED, json!({ "key": key, "key_id": key_id })))
+            }
+            (&Method::GET, None) => {
+                let ids = store.list(consumer, decider).await?;
+                Ok((StatusCode::OK, json!({ "consumer": consumer, "keys": ids })))
+            }
+            (&Method::DELETE, Some(key_id)) if is_key_id(key_id) => {
+                Ok(match store.revoke(consumer, key_id, decider).await? {
+                    true => (StatusCode::OK, json!({ "revoked": key_id })),
+                    false => error(StatusCode::NOT_FOUND, "not_found", json!({})),
+                })
+            }
+            (&Method::DELETE, Some(_)) => {
+                Ok(error(StatusCode::BAD_REQUEST, "bad_key_id", json!({})))
+            }
+            _ => Ok(not_allowed()),
+        }
+    }
+}
+
+fn not_allowed() -> Answer {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        json!({}),
+    )
+}
+
 /// `GET /v1/consumers`: the consumers with keys made here.
 async fn list(store: &RedisKeys, state: &GatewayState, method: &Method) -> Answer {
     if method != Method::GET {
-        return error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            json!({}),
-        );
+        return not_allowed();
     }
     store
         .consumers(&state.decider)

@@ -55,6 +55,9 @@ impl ConsumerPlans {
     /// plan no limit lists (a reload that removed a plan, a tool that wrote
     /// a typo).
     pub async fn report_store(&self, store: &RedisKeys, decider: &Decider) {
+        if decider.link() != crate::limiter::Link::Connected {
+            return; // said when Redis is not connected; the next reload reports
+        }
         let in_use = match store.plans_in_use(decider).await {
             Ok(in_use) => in_use,
             Err(e) => {
