@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use serde_json::json;
 use std::time::Duration;
 
 const TOKEN: &str = "admin-s3cret";
@@ -365,4 +366,53 @@ fn a_plan_a_reload_removes_is_reported_with_its_count_and_gets_the_default() {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sluice::config::consumers::{hex, key_hash};
     hex(&key_hash(bytes))
+}
+
+/// With a consumers file, too, the usage API answers for the consumer's
+/// plan without `plan=`.
+#[test]
+fn usage_answers_for_the_plan_in_the_consumers_file() {
+    let upstream = Upstream::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let consumers = dir.path().join("consumers.yaml");
+    let line = |key: &str| format!("sha256:{}", sha256_hex(key.as_bytes()));
+    std::fs::write(
+        &consumers,
+        format!(
+            "consumers:\n  - {{ id: bob, plan: pro, keys: [\"{}\"] }}\n  - {{ id: alice, keys: [\"{}\"] }}\n",
+            line("bob-key"),
+            line("alice-key")
+        ),
+    )
+    .expect("write consumers");
+    let sluice = Sluice::start_with_server(
+        "  admin_token_env: SLUICE_ADMIN_TOKEN\n",
+        &format!(
+            r#"identity:
+  api_key: {{ header: x-api-key, file: "{file}" }}
+limiter: {{ backend: local }}
+upstreams:
+  api: {{ servers: ["{upstream}"] }}
+routes:
+  - name: api
+    upstream: api
+    limits:
+      - {{ name: per-customer, key: [user], window: 1m, limit_from: {{ consumer: plan }}, plans: {{ {FREE_AND_PRO} }} }}
+"#,
+            file = consumers.display(),
+            upstream = upstream.addr,
+        ),
+        &[("SLUICE_ADMIN_TOKEN", TOKEN)],
+    );
+    assert_eq!(with_key(&sluice, "bob-key"), 200);
+    for (user, quota, plan) in [("bob", 50, json!("pro")), ("alice", 5, json!(null))] {
+        let path = format!("/v1/usage?route=api&limit=per-customer&user={user}");
+        let (status, usage) = admin(&sluice, "GET", &path, "");
+        assert_eq!(status, 200, "{usage}");
+        assert_eq!(
+            (usage["quota"].as_u64(), &usage["plan"]),
+            (Some(quota), &plan),
+            "{usage}"
+        );
+    }
 }
