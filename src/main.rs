@@ -4,7 +4,7 @@ use arc_swap::ArcSwap;
 use clap::Parser;
 use pingora::proxy::HttpProxy;
 use pingora::server::configuration::{Opt, ServerConf};
-use pingora::server::Server;
+use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use pingora::services::ServiceHandle;
@@ -17,6 +17,7 @@ use sluice::edge::drain::settle_time;
 use sluice::edge::fast_stop::FastStopWatch;
 use sluice::edge::front_door::FrontDoor;
 use sluice::edge::proxy::Gateway;
+use sluice::edge::shutdown_delay::{DelayedTerminate, Draining, ForwardStop};
 use sluice::edge::warm_up::LimiterWarmUp;
 use sluice::observe::access_log::{AccessLog, QUEUE_LINES};
 use sluice::observe::metrics::Metrics;
@@ -154,6 +155,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         ..Opt::default()
     };
     let server_conf = server_conf(&config);
+    let config_delay = config.server.shutdown_delay;
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
     let threads = config.server.threads;
@@ -182,6 +184,8 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     if cli.daemon {
         exit_on_daemon_ready().map_err(|e| format!("SIGUSR1 handler: {e}"))?;
     }
+    let shutdown_delay = config_delay;
+    let draining = Arc::new(Draining::default());
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     // Bootstrap (taking the listeners over with --upgrade, then telling a
     // --daemon parent it may exit) runs as a service, after daemonizing:
@@ -189,7 +193,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     let bootstrap = server.bootstrap_as_a_service();
     let warm_up = add_warm_up(&mut server, &state, &bootstrap);
 
-    let (proxy, mut listening) = proxy_service(&server, &state, &metrics)?;
+    let (proxy, mut listening) = proxy_service(&server, &state, &metrics, &draining)?;
     if let Some((addr, bound)) = rls_listener {
         let rls = RlsListener::new(addr.clone(), bound, threads, Arc::clone(&state), &metrics);
         let rls = server.add_service(rls);
@@ -210,16 +214,29 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         metrics,
         reloader.status(),
         &bootstrap,
+        Arc::clone(&draining),
     );
     server.add_service(background_service("sluice reload", reloader));
     server.add_service(background_service("sluice fast stop", fast_stop));
+    add_stop_and_health(&mut server, state, &draining);
+
+    log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");
+    let shutdown_signal = Box::new(DelayedTerminate::new(shutdown_delay, draining));
+    server.run(RunArgs { shutdown_signal });
+    std::process::exit(0)
+}
+
+/// Adds the task that passes Pingora's own stop on to the connections'
+/// watch (`draining`), and the upstreams' health checks.
+fn add_stop_and_health(server: &mut Server, state: SharedState, draining: &Arc<Draining>) {
+    server.add_service(background_service(
+        "sluice stop forwarding",
+        ForwardStop(Arc::clone(draining)),
+    ));
     server.add_service(background_service(
         "sluice health checks",
         HealthChecks::new(move || state.load().upstreams.clone()),
     ));
-
-    log::info!("sluice listening on {listening} (admin {admin_addr}), {routes} routes");
-    server.run_forever()
 }
 
 /// Adds the admin listener on `addr` (started after `bootstrap`), and the
@@ -231,6 +248,7 @@ fn add_admin(
     metrics: Arc<Metrics>,
     config_status: Arc<ConfigStatus>,
     bootstrap: &ServiceHandle,
+    draining: Arc<Draining>,
 ) {
     let history = Arc::new(History::new());
     let app = AdminApp::new(
@@ -238,6 +256,7 @@ fn add_admin(
         Arc::clone(state),
         config_status,
         Arc::clone(&history),
+        draining,
     );
     let mut admin = Service::new("sluice admin".to_string(), app);
     admin.add_tcp(addr);
@@ -293,12 +312,18 @@ fn proxy_service(
     server: &Server,
     state: &SharedState,
     metrics: &Arc<Metrics>,
+    draining: &Arc<Draining>,
 ) -> Result<(ProxyService, String), String> {
     let config = &state.load().config;
     let access_log = AccessLog::new(QUEUE_LINES, metrics.access_log_dropped.clone());
     let mut proxy_app = pingora::proxy::http_proxy(
         &server.configuration,
-        Gateway::new(Arc::clone(state), Arc::clone(metrics), access_log),
+        Gateway::new(
+            Arc::clone(state),
+            Arc::clone(metrics),
+            access_log,
+            Arc::clone(draining),
+        ),
     );
     let mut options = pingora::apps::HttpServerOptions::default();
     options.h2c = config.server.h2c;
@@ -312,7 +337,8 @@ fn proxy_service(
         settle_time(config.server.grace_period),
         Arc::clone(state),
         Arc::clone(metrics),
-    );
+    )
+    .following(draining.connections());
     let handshake_guard = Arc::new(front_door.handshake_guard());
     let mut proxy = Service::new("sluice proxy".to_string(), front_door);
     // Only the TLS listeners call it.

@@ -31,6 +31,7 @@ pub mod watch;
 use crate::admin::api::{authorize, error, Answer, Guard};
 use crate::admin::config_status::ConfigStatus;
 use crate::admin::history::History;
+use crate::edge::shutdown_delay::Draining;
 use crate::limiter::Readiness;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
@@ -48,6 +49,7 @@ pub struct AdminApp {
     state: SharedState,
     config: Arc<ConfigStatus>,
     history: Arc<History>,
+    draining: Arc<Draining>,
 }
 
 impl AdminApp {
@@ -58,12 +60,14 @@ impl AdminApp {
         state: SharedState,
         config: Arc<ConfigStatus>,
         history: Arc<History>,
+        draining: Arc<Draining>,
     ) -> Self {
         Self {
             metrics,
             state,
             config,
             history,
+            draining,
         }
     }
 
@@ -220,6 +224,11 @@ impl ServeHttp for AdminApp {
                 )
             }
             "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
+            "/readyz" if self.draining.is_draining() => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                b"not ready: shutting down (server.shutdown_delay: draining before the graceful stop)\n".to_vec(),
+            ),
             "/readyz" => readyz(self.state.load().decider.readiness()),
             _ => text(
                 StatusCode::NOT_FOUND,

@@ -22,6 +22,7 @@ impl Default for ServerConfig {
             // per-thread runtimes serve more per core (docs/benchmarks.md).
             work_stealing: false,
             grace_period: Duration::from_secs(5),
+            shutdown_delay: Duration::ZERO,
             pid_file: "/tmp/sluice.pid".into(),
             upgrade_sock: "/tmp/sluice_upgrade.sock".into(),
             access_log: true,

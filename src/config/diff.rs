@@ -78,6 +78,7 @@ fn server(old: &Config, new: &Config, d: &mut ConfigDiff) {
     restart("threads", o.threads != n.threads);
     restart("work_stealing", o.work_stealing != n.work_stealing);
     restart("grace_period", o.grace_period != n.grace_period);
+    restart("shutdown_delay", o.shutdown_delay != n.shutdown_delay);
     restart("pid_file", o.pid_file != n.pid_file);
     restart("upgrade_sock", o.upgrade_sock != n.upgrade_sock);
     let addresses = |s: &super::ServerConfig| -> Vec<String> {

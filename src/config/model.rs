@@ -57,6 +57,11 @@ pub struct ServerConfig {
     pub work_stealing: bool,
     /// How long a graceful stop may drain.
     pub grace_period: Duration,
+    /// How long, after `SIGTERM`, the listeners keep accepting and serving
+    /// (with `/readyz` answering 503 and keep-alive connections closed
+    /// after their response) before the graceful stop begins: the time a
+    /// load balancer or Kubernetes takes to stop sending new connections.
+    pub shutdown_delay: Duration,
     /// Where Pingora writes its pid when run as a daemon.
     pub pid_file: String,
     /// Unix socket over which an upgrading sluice (`--upgrade`) receives the

@@ -20,5 +20,6 @@ pub mod front_door;
 pub mod handshake;
 pub mod proxy;
 pub mod respond;
+pub mod shutdown_delay;
 pub mod tls;
 pub mod warm_up;

@@ -13,6 +13,7 @@ use crate::edge::attempt;
 use crate::edge::context::RequestCtx;
 use crate::edge::front_door::GuardedStream;
 use crate::edge::respond;
+use crate::edge::shutdown_delay::Draining;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
@@ -32,14 +33,22 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     access_log: AccessLog,
     unmatched_duration: Histogram,
+    draining: Arc<Draining>,
 }
 
 impl Gateway {
     /// A gateway serving whatever state `state` holds when each request
-    /// starts, writing its access log through `access_log`.
-    pub fn new(state: SharedState, metrics: Arc<Metrics>, access_log: AccessLog) -> Self {
+    /// starts, writing its access log through `access_log`; while
+    /// `draining`, each HTTP/1 response closes its connection.
+    pub fn new(
+        state: SharedState,
+        metrics: Arc<Metrics>,
+        access_log: AccessLog,
+        draining: Arc<Draining>,
+    ) -> Self {
         Self {
             access_log,
+            draining,
             unmatched_duration: metrics.request_duration.with_label_values(&["_unmatched"]),
             state,
             metrics,
@@ -63,6 +72,11 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let state = Arc::clone(&ctx.state);
         ctx.arrived(session.req_header(), respond::peer_ip(session));
+        if self.draining.is_draining() {
+            // The process stops soon: this connection's client should
+            // open its next one elsewhere (`Connection: close`).
+            session.set_keepalive(None);
+        }
         let front_door = &state.config.server.front_door;
         // Between two reads of the body (the head is the front door's).
         session.set_read_timeout(Some(front_door.client_body_timeout));

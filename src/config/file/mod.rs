@@ -84,6 +84,7 @@ pub(crate) struct ServerFile {
     pub threads: Option<usize>,
     pub work_stealing: Option<bool>,
     pub grace_period: Option<String>,
+    pub shutdown_delay: Option<String>,
     pub pid_file: Option<String>,
     pub upgrade_sock: Option<String>,
     pub access_log: Option<AccessLogFile>,

@@ -14,6 +14,9 @@ use super::listeners::{check_listen_addr, load_certs};
 use http::HeaderName;
 use std::time::Duration;
 
+/// The longest `server.shutdown_delay`: beyond it a stop is not a stop.
+const MAX_SHUTDOWN_DELAY: Duration = Duration::from_secs(600);
+
 /// `server.request_id_header`: a header name, not one whose meaning the
 /// exchange depends on.
 fn request_id_header(c: &mut Checker, s: &ServerFile, default: &HeaderName) -> HeaderName {
@@ -58,6 +61,18 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         s.grace_period.as_deref(),
         d.grace_period,
     );
+    let shutdown_delay = c.duration(
+        &at("shutdown_delay"),
+        s.shutdown_delay.as_deref(),
+        d.shutdown_delay,
+    );
+    if shutdown_delay > MAX_SHUTDOWN_DELAY {
+        let kind = ProblemKind::AtMost {
+            key: "shutdown_delay",
+            max: "10m",
+        };
+        c.problem(&at("shutdown_delay"), kind);
+    }
     let pid_file = path_setting(c, &at("pid_file"), &s.pid_file, d.pid_file);
     let upgrade_sock = path_setting(c, &at("upgrade_sock"), &s.upgrade_sock, d.upgrade_sock);
     if pid_file == upgrade_sock {
@@ -92,6 +107,7 @@ pub(super) fn server(c: &mut Checker, s: &ServerFile) -> ServerConfig {
         threads,
         work_stealing: s.work_stealing.unwrap_or(d.work_stealing),
         grace_period,
+        shutdown_delay,
         pid_file,
         upgrade_sock,
         access_log: !matches!(s.access_log, Some(AccessLogFile::Off)),

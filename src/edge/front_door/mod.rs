@@ -67,6 +67,9 @@ pub struct FrontDoor<A> {
     /// How long shutdown waits before the inner application drops the
     /// connections still waiting for a request (see `drain`).
     settle: Duration,
+    /// The watch the inner application's connections follow instead of
+    /// Pingora's (see [`FrontDoor::following`]).
+    connections: Option<ShutdownWatch>,
 }
 
 impl<A> FrontDoor<A> {
@@ -81,7 +84,17 @@ impl<A> FrontDoor<A> {
             open: Arc::new(AtomicUsize::new(0)),
             handshakes: Arc::new(Handshakes::default()),
             settle,
+            connections: None,
         }
+    }
+
+    /// Has the inner application's connections follow `connections` rather
+    /// than Pingora's shutdown watch: they are told to go (HTTP/1
+    /// `Connection: close`, HTTP/2 GOAWAY) when it turns true, while the
+    /// listener still accepts (see `shutdown_delay`).
+    pub fn following(mut self, connections: ShutdownWatch) -> Self {
+        self.connections = Some(connections);
+        self
     }
 
     /// The pre-TLS callback for the TLS listeners of this front door: their
@@ -131,6 +144,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for FrontDoor<A> {
             return None;
         }
         let guarded = GuardedStream::new(stream, limits, Arc::clone(&self.metrics));
+        let shutdown = self.connections.as_ref().unwrap_or(shutdown);
         self.inner.process_new(Box::new(guarded), shutdown).await
     }
 
