@@ -24,6 +24,8 @@ use std::time::Duration;
 struct Receiver {
     addr: SocketAddr,
     spans: Arc<Mutex<Vec<(String, Span)>>>,
+    /// Each export's resource, as its string attributes.
+    resources: Arc<Mutex<Vec<Vec<(String, String)>>>>,
 }
 
 impl Receiver {
@@ -31,14 +33,19 @@ impl Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let spans = Arc::new(Mutex::new(Vec::new()));
-        let sink = spans.clone();
+        let resources = Arc::new(Mutex::new(Vec::new()));
+        let (sink, resource_sink) = (spans.clone(), resources.clone());
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let sink = sink.clone();
-                thread::spawn(move || serve(stream, &sink));
+                let (sink, resource_sink) = (sink.clone(), resource_sink.clone());
+                thread::spawn(move || serve(stream, &sink, &resource_sink));
             }
         });
-        Receiver { addr, spans }
+        Receiver {
+            addr,
+            spans,
+            resources,
+        }
     }
 
     fn spans(&self) -> Vec<(String, Span)> {
@@ -48,7 +55,11 @@ impl Receiver {
 
 /// Serves one kept-alive connection: each POST body decoded as an
 /// `ExportTraceServiceRequest`, answered 200 with an empty response.
-fn serve(stream: TcpStream, sink: &Mutex<Vec<(String, Span)>>) {
+fn serve(
+    stream: TcpStream,
+    sink: &Mutex<Vec<(String, Span)>>,
+    resources: &Mutex<Vec<Vec<(String, String)>>>,
+) {
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
     while let Some((line, length)) = read_head(&mut reader) {
@@ -57,6 +68,16 @@ fn serve(stream: TcpStream, sink: &Mutex<Vec<(String, Span)>>) {
         reader.read_exact(&mut body).expect("body");
         let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
         for resource in request.resource_spans {
+            let attributes = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    Value::StringValue(s) => Some((kv.key.clone(), s.clone())),
+                    _ => None,
+                })
+                .collect();
+            resources.lock().unwrap().push(attributes);
             let service = resource
                 .resource
                 .iter()
@@ -432,4 +453,52 @@ routes:
         Some("ok")
     );
     assert!(asked.end_time_unix_nano >= asked.start_time_unix_nano);
+}
+
+/// Kubernetes' downward API, in the OpenTelemetry way: the pod's name and
+/// namespace reach the traces' resource, the access log and `/v1/status`.
+#[test]
+fn the_pod_and_namespace_reach_the_traces_the_access_log_and_the_status() {
+    let (redis, upstream, receiver) = (RedisServer::start(), Upstream::start(), Receiver::start());
+    let sluice = Sluice::start_with_server(
+        "",
+        &config(&redis, &upstream, receiver.addr, "1.0"),
+        &[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "k8s.pod.name=sluice-5f7c9-qx2lp,k8s.namespace.name=edge",
+        )],
+    );
+    assert_eq!(sluice.get("/x", &[("X-Key", "k")]).status, 200);
+    let mut resource = Vec::new();
+    wait_until(Duration::from_secs(20), "a span's resource", || {
+        resource = receiver
+            .resources
+            .lock()
+            .unwrap()
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        !resource.is_empty()
+    });
+    for (key, value) in [
+        ("k8s.pod.name", "sluice-5f7c9-qx2lp"),
+        ("k8s.namespace.name", "edge"),
+        ("service.instance.id", "sluice-5f7c9-qx2lp"),
+        ("service.name", "edge-gateway"),
+    ] {
+        assert!(
+            resource.contains(&(key.to_string(), value.to_string())),
+            "{key}={value} in {resource:?}"
+        );
+    }
+    wait_until(Duration::from_secs(10), "the access log line", || {
+        sluice
+            .log()
+            .contains(r#""pod":"sluice-5f7c9-qx2lp","namespace":"edge""#)
+    });
+    let status: serde_json::Value =
+        serde_json::from_str(&get(sluice.admin, "/v1/status", &[]).body).expect("JSON");
+    assert_eq!(status["instance"]["name"], "sluice-5f7c9-qx2lp", "{status}");
+    assert_eq!(status["instance"]["namespace"], "edge", "{status}");
+    assert_eq!(status["instance"]["pod"], true, "{status}");
 }

@@ -24,11 +24,23 @@ const LAST_MINUTE: Duration = Duration::from_secs(60);
 pub fn answer(state: &GatewayState, config: &ConfigStatus, history: &History) -> Answer {
     let body = json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "instance": instance(),
         "config": config.to_json(),
         "limiter": limiter(state, history),
         "routes": state.compiled.iter().map(|r| route(state, r)).collect::<Vec<_>>(),
     });
     (StatusCode::OK, body)
+}
+
+/// Which instance answers: its pod (or host) name, namespace and pid.
+fn instance() -> serde_json::Value {
+    let instance = crate::observe::instance::Instance::current();
+    json!({
+        "name": instance.name,
+        "namespace": instance.namespace,
+        "pod": instance.is_pod,
+        "pid": std::process::id(),
+    })
 }
 
 /// The limiter's state, and its decisions over the last minute.

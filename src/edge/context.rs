@@ -7,6 +7,7 @@ use crate::config::Balance;
 use crate::config::RouteAction;
 use crate::edge::respond::Voice;
 use crate::observe::access_log::AccessLogLine;
+use crate::observe::instance::Instance;
 use crate::observe::trace::{Ending, RequestTrace};
 use crate::policy;
 use crate::policy::state::{CompiledRoute, GatewayState};
@@ -425,6 +426,7 @@ impl RequestCtx {
             _ => None,
         };
         let verdict = ctx.verdict;
+        let instance = Instance::current();
         let (path, truncated) = AccessLogLine::capped(request_path(&ctx.path, req));
         AccessLogLine {
             time: AccessLogLine::now(),
@@ -447,6 +449,8 @@ impl RequestCtx {
             trace_id: ctx.trace.as_ref().map(RequestTrace::trace_id_hex),
             consumer: ctx.consumer().and_then(|id| std::str::from_utf8(id).ok()),
             identity: ctx.identity,
+            pod: instance.is_pod.then_some(instance.name.as_str()),
+            namespace: instance.namespace.as_deref(),
         }
     }
 }

@@ -69,6 +69,12 @@ pub struct AccessLogLine<'a> {
     /// The request's trace ID (32 hex digits), when tracing is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The pod that served it, in Kubernetes (`k8s.pod.name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<&'static str>,
+    /// Its namespace (`k8s.namespace.name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<&'static str>,
 }
 
 impl AccessLogLine<'_> {
@@ -192,6 +198,8 @@ mod tests {
             trace_id: None,
             consumer: Some("acme"),
             identity: Some("api_key"),
+            pod: Some("sluice-0"),
+            namespace: None,
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));
@@ -245,6 +253,8 @@ mod tests {
             trace_id: None,
             consumer: None,
             identity: None,
+            pod: None,
+            namespace: None,
         };
         for _ in 0..5 {
             log.write(&line);

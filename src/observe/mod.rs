@@ -9,6 +9,7 @@
 //! leaves; it decides nothing and never changes a request or a response.
 
 pub mod access_log;
+pub mod instance;
 pub mod metrics;
 pub mod top_keys;
 pub mod trace;

@@ -7,7 +7,9 @@
 //! counted the same way: `sluice_tracing_dropped_total` is every span that
 //! never reached the collector.
 
+use opentelemetry::KeyValue;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
@@ -80,8 +82,14 @@ fn drain(
             return;
         }
     };
+    // OTEL_RESOURCE_ATTRIBUTES (Kubernetes' downward API: k8s.pod.name,
+    // k8s.namespace.name) with the configured service name, and the
+    // instance's name as service.instance.id.
+    let instance = crate::observe::instance::Instance::current();
     exporter.set_resource(
         &Resource::builder_empty()
+            .with_detector(Box::new(EnvResourceDetector::new()))
+            .with_attribute(KeyValue::new("service.instance.id", instance.name.clone()))
             .with_service_name(service_name.to_string())
             .build(),
     );
