@@ -20,12 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+/// A resource's string attributes, as (key, value) pairs.
+type Attributes = Vec<(String, String)>;
+
 /// An OTLP/HTTP receiver: every span posted to it, with its service name.
 struct Receiver {
     addr: SocketAddr,
     spans: Arc<Mutex<Vec<(String, Span)>>>,
     /// Each export's resource, as its string attributes.
-    resources: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+    resources: Arc<Mutex<Vec<Attributes>>>,
 }
 
 impl Receiver {
@@ -55,11 +58,7 @@ impl Receiver {
 
 /// Serves one kept-alive connection: each POST body decoded as an
 /// `ExportTraceServiceRequest`, answered 200 with an empty response.
-fn serve(
-    stream: TcpStream,
-    sink: &Mutex<Vec<(String, Span)>>,
-    resources: &Mutex<Vec<Vec<(String, String)>>>,
-) {
+fn serve(stream: TcpStream, sink: &Mutex<Vec<(String, Span)>>, resources: &Mutex<Vec<Attributes>>) {
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
     while let Some((line, length)) = read_head(&mut reader) {
