@@ -305,6 +305,20 @@ impl RequestCtx {
         }
     }
 
+    /// Counts the route's deferred limits now that the response head is
+    /// known (its status, and the headers `cost_from` reads).
+    pub async fn settle_deferred(&mut self, response: &ResponseHeader) {
+        let Some(held) = self.leases.as_mut() else {
+            return;
+        };
+        let state = Arc::clone(&self.state);
+        if let Some(route) = self.route.and_then(|i| state.compiled.get(i)) {
+            let status = response.status.as_u16();
+            let header = |name: &str| response.headers.get(name).map(|v| v.as_bytes());
+            held.settle(&state, route, status, &header).await;
+        }
+    }
+
     /// Adds to the upstream's response what the client gets from sluice:
     /// the rate-limit headers, the request ID and CORS, then the route's
     /// `response_headers` edits.

@@ -18,7 +18,6 @@ use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
 use crate::policy::{self, Rejection, RequestView, Step};
-use crate::request::drop_foreign_upgrade;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
@@ -72,15 +71,8 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let state = Arc::clone(&ctx.state);
         ctx.arrived(session.req_header(), respond::peer_ip(session));
-        if self.draining.is_draining() {
-            // The process stops soon: this connection's client should
-            // open its next one elsewhere (`Connection: close`).
-            session.set_keepalive(None);
-        }
         let front_door = &state.config.server.front_door;
-        // Between two reads of the body (the head is the front door's).
-        session.set_read_timeout(Some(front_door.client_body_timeout));
-        drop_foreign_upgrade(session.req_header_mut());
+        respond::prepare(session, front_door.client_body_timeout, &self.draining);
         let routed = match policy::route(&state, session.req_header(), front_door.escaped_slashes) {
             Ok(routed) => routed,
             Err(rejection) => {
@@ -187,16 +179,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.dress_response(upstream_response)?;
-        // Deferred limits count now that the response head is known.
-        if let Some(held) = ctx.leases.as_mut() {
-            let state = Arc::clone(&ctx.state);
-            if let Some(route) = ctx.route.and_then(|i| state.compiled.get(i)) {
-                let status = upstream_response.status.as_u16();
-                let headers = &upstream_response.headers;
-                let header = |name: &str| headers.get(name).map(|v| v.as_bytes());
-                held.settle(&state, route, status, &header).await;
-            }
-        }
+        ctx.settle_deferred(upstream_response).await;
         Ok(())
     }
 

@@ -3,10 +3,12 @@
 //! an upstream failure, and the wait of a delayed request.
 
 use crate::config::forward::CorsPolicy;
+use crate::edge::shutdown_delay::Draining;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::{CompiledRoute, GatewayState};
 use crate::policy::{self, HeldLeases, Rejection, Reply};
 use crate::request::client_cert::{ClientCert, VerifiedClientCert};
+use crate::request::drop_foreign_upgrade;
 use http::{header, HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::prelude::Result;
@@ -71,6 +73,19 @@ pub struct Voice<'a> {
     pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
     /// The route's CORS policy and the request's allowed origin, if any.
     pub cors: Option<(&'a CorsPolicy, Option<&'a HeaderValue>)>,
+}
+
+/// Sets up the session of a request that just arrived: the wait allowed
+/// between two reads of its body (the head is the front door's), no
+/// `Upgrade` the gateway does not pass, and — while the process drains
+/// before a stop — no keep-alive (`Connection: close`), so the client
+/// opens its next connection elsewhere.
+pub fn prepare(session: &mut Session, body_timeout: Duration, draining: &Draining) {
+    session.set_read_timeout(Some(body_timeout));
+    drop_foreign_upgrade(session.req_header_mut());
+    if draining.is_draining() {
+        session.set_keepalive(None);
+    }
 }
 
 /// Writes an answer made before the limits.
