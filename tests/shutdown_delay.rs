@@ -141,7 +141,9 @@ fn sigterm_drains_for_the_delay_then_stops_without_refusing_anything() {
         })
         .collect();
 
-    thread::sleep(Duration::from_millis(300)); // load running before the signal
+    wait_until(Duration::from_secs(10), "the load to run", || {
+        served.load(Ordering::Relaxed) >= 20
+    });
     let before = closes_seen.load(Ordering::Relaxed);
     assert_eq!(before, 0, "no close before the drain");
     let signalled = Instant::now();

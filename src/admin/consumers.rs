@@ -203,12 +203,7 @@ fn shown_consumer(state: &GatewayState, consumer: &str, view: ConsumerView) -> A
     if view.plan.is_none() && view.keys.is_empty() {
         return error(StatusCode::NOT_FOUND, "not_found", json!({}));
     }
-    let mut key_plans = view.keys.iter().map(|k| k.plan.clone());
-    let first = key_plans.next().flatten();
-    let applies = view
-        .plan
-        .clone()
-        .or_else(|| first.filter(|p| key_plans.all(|other| other.as_deref() == Some(p))));
+    let applies = view.applied_plan();
     let known = state.consumer_plans.known();
     let applied_known = applies.as_ref().is_none_or(|p| known.contains(p));
     (

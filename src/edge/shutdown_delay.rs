@@ -16,40 +16,41 @@ use pingora::server::{
     ShutdownSignal, ShutdownSignalWatch, ShutdownWatch, UnixShutdownSignalWatch,
 };
 use pingora::services::background::BackgroundService;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
-/// Whether the process is draining, and since when; and the watch the
+/// Whether the process is draining; and the watch the
 /// proxy's connections follow (true from the drain, or from Pingora's own
 /// stop or upgrade, whichever comes first).
 #[derive(Debug)]
 pub struct Draining {
-    since: OnceLock<Instant>,
+    draining: AtomicBool,
     connections: watch::Sender<bool>,
 }
 
 impl Default for Draining {
     fn default() -> Self {
         Self {
-            since: OnceLock::new(),
+            draining: AtomicBool::new(false),
             connections: watch::channel(false).0,
         }
     }
 }
 
 impl Draining {
-    /// Starts the drain (once; later calls change nothing): `/readyz`
+    /// Starts the drain (a second call changes nothing): `/readyz`
     /// answers 503, and connections are told to go (HTTP/1 `Connection:
     /// close` after their response, HTTP/2 GOAWAY).
     pub fn start(&self) {
-        let _ = self.since.set(Instant::now());
+        self.draining.store(true, Ordering::Release);
         self.connections.send_replace(true);
     }
 
     /// Whether the drain has started: the process will stop soon.
     pub fn is_draining(&self) -> bool {
-        self.since.get().is_some()
+        self.draining.load(Ordering::Acquire)
     }
 
     /// What the proxy's connections take for Pingora's shutdown watch:

@@ -46,6 +46,21 @@ pub struct ConsumerView {
     pub keys: Vec<KeyView>,
 }
 
+impl ConsumerView {
+    /// The plan the consumer's requests get: its own, else the one plan
+    /// all its keys name (`None` when they name none, or differ).
+    pub fn applied_plan(&self) -> Option<String> {
+        if self.plan.is_some() {
+            return self.plan.clone();
+        }
+        let mut key_plans = self.keys.iter().map(|k| k.plan.as_deref());
+        let first = key_plans.next().flatten();
+        first
+            .filter(|p| key_plans.all(|other| other == Some(*p)))
+            .map(str::to_string)
+    }
+}
+
 /// One key of a consumer, without the key.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeyView {
@@ -256,13 +271,7 @@ impl RedisKeys {
         consumer: &str,
         decider: &Decider,
     ) -> Result<Option<String>, LimiterError> {
-        let view = self.describe(consumer, decider).await?;
-        if view.plan.is_some() {
-            return Ok(view.plan);
-        }
-        let mut key_plans = view.keys.iter().map(|k| k.plan.clone());
-        let first = key_plans.next().flatten();
-        Ok(first.filter(|p| key_plans.all(|other| other.as_deref() == Some(p))))
+        Ok(self.describe(consumer, decider).await?.applied_plan())
     }
 
     /// `consumer` as the admin API shows it: its plan and its keys (id,
