@@ -16,14 +16,19 @@ const TOKEN: &str = "admin-s3cret";
 
 /// The config body with these plans (the smallest is the default).
 fn body(redis: &RedisServer, upstream: &Upstream, plans: &str) -> String {
+    let identity = "  api_key:\n    store: redis\n    cache_ttl: 2s\n    failures: { limit: 1000, window: 1m }";
+    let limiter = format!("  redis: {{ url: \"{}\", timeout: 500ms }}", redis.url());
+    config(identity, &limiter, upstream, plans)
+}
+
+/// A config with this `identity:` and `limiter:` (their indented lines),
+/// one route to `upstream` and a limit per customer by these plans.
+fn config(identity: &str, limiter: &str, upstream: &Upstream, plans: &str) -> String {
     format!(
         r#"identity:
-  api_key:
-    store: redis
-    cache_ttl: 2s
-    failures: {{ limit: 1000, window: 1m }}
+{identity}
 limiter:
-  redis: {{ url: "{url}", timeout: 500ms }}
+{limiter}
 upstreams:
   api: {{ servers: ["{upstream}"] }}
 routes:
@@ -32,7 +37,6 @@ routes:
     limits:
       - {{ name: per-customer, key: [user], window: 1m, limit_from: {{ consumer: plan }}, plans: {{ {plans} }} }}
 "#,
-        url = redis.url(),
         upstream = upstream.addr,
     )
 }
@@ -387,20 +391,14 @@ fn usage_answers_for_the_plan_in_the_consumers_file() {
     .expect("write consumers");
     let sluice = Sluice::start_with_server(
         "  admin_token_env: SLUICE_ADMIN_TOKEN\n",
-        &format!(
-            r#"identity:
-  api_key: {{ header: x-api-key, file: "{file}" }}
-limiter: {{ backend: local }}
-upstreams:
-  api: {{ servers: ["{upstream}"] }}
-routes:
-  - name: api
-    upstream: api
-    limits:
-      - {{ name: per-customer, key: [user], window: 1m, limit_from: {{ consumer: plan }}, plans: {{ {FREE_AND_PRO} }} }}
-"#,
-            file = consumers.display(),
-            upstream = upstream.addr,
+        &config(
+            &format!(
+                "  api_key: {{ header: x-api-key, file: \"{}\" }}",
+                consumers.display()
+            ),
+            "  backend: local",
+            &upstream,
+            FREE_AND_PRO,
         ),
         &[("SLUICE_ADMIN_TOKEN", TOKEN)],
     );
