@@ -317,6 +317,38 @@ fn an_unset_variable_is_a_warning_for_check_and_an_error_for_the_gateway() {
     );
 }
 
+/// The whole Redis URL from a Secret (`url: "${SLUICE_REDIS_URL}"`, as the
+/// Kubernetes manifests have it): `--check` without the Secret warns and
+/// checks the rest — TLS settings included — and the gateway refuses it.
+#[test]
+fn a_redis_url_wholly_from_an_unset_variable_is_checked_without_it() {
+    let text = "limiter:\n  redis:\n    url: \"${SLUICE_TEST_UNSET_URL}\"\n    tls: {}\nroutes:\n  - name: r\n    respond: {}\n";
+    let (code, stderr, path) = check_text(text);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{path}:3:10: warning: the Redis URL is empty")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not a Redis URL"), "{stderr}");
+    // A URL that is there but wrong is still an error; so is an empty one
+    // written as such, to run.
+    let (code, stderr, _) = check_text(&text.replace("${SLUICE_TEST_UNSET_URL}", "127.0.0.1:6379"));
+    assert_eq!(code, 1, "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.yaml");
+    std::fs::write(&file, text.replace("${SLUICE_TEST_UNSET_URL}", "")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(":3:10: the Redis URL is empty"),
+        "{stderr}"
+    );
+}
+
 /// A Redis key store with no admin token: `--check` warns that its key API
 /// will refuse every call.
 #[test]

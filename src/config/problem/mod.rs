@@ -262,6 +262,9 @@ pub(crate) enum ProblemKind {
     /// Not a `redis://` URL.
     #[error("`{0}` is not a Redis URL (redis://host:port/db)")]
     NotRedisUrl(String),
+    /// `limiter.redis.url` empty: the variable it names is unset.
+    #[error("the Redis URL is empty (the environment variable it names is unset or empty)")]
+    RedisUrlEmpty,
     /// A URL scheme sluice does not speak.
     #[error("unknown Redis URL scheme `{0}` (use redis:// or rediss://)")]
     UnknownRedisScheme(String),

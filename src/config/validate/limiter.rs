@@ -52,7 +52,10 @@ fn redis(c: &mut Checker, f: &LimiterFile, backend: Backend) -> RedisConfig {
     let at = |key: &str| KeyPath::root("limiter").key("redis").key(key);
     let url = r.url.clone().unwrap_or(d.url);
     if backend == Backend::Redis {
-        if let Err(kind) = redis_url_check(&url) {
+        if url.is_empty() {
+            // `${SLUICE_REDIS_URL}` unset: an error to run, a warning to check.
+            c.secret_unset(&at("url"), ProblemKind::RedisUrlEmpty);
+        } else if let Err(kind) = redis_url_check(&url) {
             c.problem(&at("url"), kind);
         }
     }
@@ -138,7 +141,9 @@ fn tls(c: &mut Checker, f: &LimiterFile, url: &str) -> RedisTlsConfig {
     let Some(t) = &f.redis.tls else {
         return RedisTlsConfig::default();
     };
-    let uses_tls = url.starts_with("rediss://")
+    // An empty URL (its variable unset, in `--check`) may be either.
+    let uses_tls = url.is_empty()
+        || url.starts_with("rediss://")
         || f.redis.cluster.iter().any(|n| n.starts_with("rediss://"))
         || f.redis.sentinel.as_ref().and_then(|s| s.tls) == Some(true);
     if !uses_tls {
