@@ -53,12 +53,16 @@ routes:
     )
 }
 
+/// The pod the console's sluice believes it is (as Kubernetes's downward
+/// API tells it).
+const POD: &str = "k8s.pod.name=sluice-6c9d-console,k8s.namespace.name=edge";
+
 /// Sluice with [`config`] and the admin token set.
 fn start(redis: &RedisServer, servers: &[String]) -> Sluice {
     Sluice::start_with_server(
         "  admin_token_env: CONSOLE_TOKEN\n",
         &config(redis, servers),
-        &[("CONSOLE_TOKEN", TOKEN)],
+        &[("CONSOLE_TOKEN", TOKEN), ("OTEL_RESOURCE_ATTRIBUTES", POD)],
     )
 }
 
@@ -248,6 +252,13 @@ fn a_flood_shows_the_limit_denying_and_the_flooder_first() {
         tab.wait_for(PATIENCE, "the limit's row", quiet),
         json!("quiet")
     );
+    // Which instance the page reads: a port-forward reaches one pod.
+    let instance = shows_text(&mut tab, "#instance");
+    let expected = format!(
+        "pod sluice-6c9d-console in edge \u{b7} pid {}",
+        sluice.pid()
+    );
+    assert_eq!(instance, expected);
 
     let statuses = send_as(&sluice, "flooder", 30);
     assert_eq!(

@@ -340,6 +340,13 @@ fn the_deployment_keeps_its_hardening_in_every_overlay() {
         let rendered = Rendered::of(overlay);
         let missing = missing_hardening(&rendered);
         assert!(missing.is_empty(), "{overlay} lacks: {missing:?}");
+        // The image is this version's (a release bumps both).
+        let image = str_at(rendered.container(), "image");
+        assert_eq!(
+            image,
+            Some(concat!("sluice:", env!("CARGO_PKG_VERSION"))),
+            "{overlay}"
+        );
     }
     // The checklist can fail: each field taken out is reported.
     let base = Rendered::of("base");
@@ -527,21 +534,25 @@ fn each_overlays_configuration_passes_check_in_the_pod() {
     }
 }
 
-/// The pod's listeners moved to free loopback ports (this machine's network
-/// is shared), through the variables the configuration reads them from;
-/// in the pod they are unset and the defaults are the container ports.
+/// The pod's listeners moved to free ports (this machine's network is
+/// shared), through the variables the configuration reads them from — in
+/// the pod they are unset and the defaults are the container ports. They
+/// listen on every address, as in the pod; the test reaches them on
+/// loopback.
 fn listen_on_free_ports(pod: &mut Pod) -> (SocketAddr, SocketAddr) {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (port, admin_port) = (free_port(), free_port());
     for (name, _) in &pod.env {
         assert!(
             name != "SLUICE_LISTEN" && name != "SLUICE_ADMIN",
             "the Deployment sets {name}"
         );
     }
-    pod.env.push(("SLUICE_LISTEN".into(), addr.to_string()));
-    pod.env.push(("SLUICE_ADMIN".into(), admin.to_string()));
-    (addr, admin)
+    pod.env
+        .push(("SLUICE_LISTEN".into(), format!("0.0.0.0:{port}")));
+    pod.env
+        .push(("SLUICE_ADMIN".into(), format!("0.0.0.0:{admin_port}")));
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    (loopback(port), loopback(admin_port))
 }
 
 /// The kubelet's probes of the container, asked as it asks them: each on

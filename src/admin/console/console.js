@@ -282,11 +282,19 @@
 
   function renderOverview(status, rates) {
     $("version").textContent = status.version ? "v" + status.version : "";
+    $("instance").textContent = instanceName(status.instance);
     renderConfig(status.config);
     renderLimiter(status.limiter);
     const series = new Map();
     for (const limit of rates.limits) series.set(limit.route + "\u0000" + limit.limit, limit);
     fill("routes", status.routes.map((route) => renderRoute(route, series, rates)));
+  }
+
+  // Which instance answers: its pod (and namespace) or host, and pid.
+  function instanceName(instance) {
+    if (!instance) return "";
+    const where = instance.namespace ? " in " + instance.namespace : "";
+    return (instance.pod ? "pod " : "host ") + instance.name + where + " \u00b7 pid " + instance.pid;
   }
 
   function renderConfig(config) {
