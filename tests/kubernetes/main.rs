@@ -531,6 +531,33 @@ fn each_overlays_configuration_passes_check_in_the_pod() {
                 "{overlay} {probe}"
             );
         }
+        assert_env_is_known(overlay, &rendered, &pod);
+    }
+}
+
+/// Variables sluice reads itself, besides those its configuration names.
+const READ_BY_THE_BINARY: [&str; 2] = ["RUST_LOG", "OTEL_RESOURCE_ATTRIBUTES"];
+
+/// Every variable of the Deployment is one sluice reads: named by its
+/// configuration (`${NAME}`, `admin_token_env`), read by the binary
+/// itself, or used by another variable (`$(NAME)`, the kubelet's).
+fn assert_env_is_known(overlay: &str, rendered: &Rendered, pod: &Pod) {
+    let config = rendered.sluice_yaml();
+    let named = |name: &str| {
+        config.contains(&format!("${{{name}}}"))
+            || config.contains(&format!("${{{name}:-"))
+            || config.contains(&format!("admin_token_env: {name}"))
+    };
+    let declared = seq(at(rendered.container(), "env"));
+    for (name, _) in &pod.env {
+        let used_by_another = declared
+            .iter()
+            .filter_map(|v| str_at(v, "value"))
+            .any(|v| v.contains(&format!("$({name})")));
+        assert!(
+            named(name) || READ_BY_THE_BINARY.contains(&name.as_str()) || used_by_another,
+            "{overlay}: the Deployment sets {name}, which nothing reads"
+        );
     }
 }
 
