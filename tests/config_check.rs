@@ -27,6 +27,21 @@ fn check_text(text: &str) -> (i32, String, String) {
     )
 }
 
+/// Runs the gateway on `text`, which it must refuse to start; its stderr.
+fn refused_to_start(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "it started:\n{stderr}");
+    stderr
+}
+
 const ROUTE_HEAD: &str = "routes:\n  - name: sms\n    respond: {}\n    limits:\n";
 
 #[test]
@@ -300,19 +315,9 @@ fn an_unset_variable_is_a_warning_for_check_and_an_error_for_the_gateway() {
     ));
     assert_eq!(code, 1, "{stderr}");
     // The gateway refuses to start.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("s.yaml");
-    std::fs::write(&file, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("--config")
-        .arg(&file)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_to_start(text);
     assert!(
-        !out.status.success()
-            && stderr
-                .contains(":3:20: environment variable `SLUICE_TEST_UNSET_PASSWORD` is not set"),
+        stderr.contains(":3:20: environment variable `SLUICE_TEST_UNSET_PASSWORD` is not set"),
         "{stderr}"
     );
 }
@@ -334,19 +339,8 @@ fn a_redis_url_wholly_from_an_unset_variable_is_checked_without_it() {
     // written as such, to run.
     let (code, stderr, _) = check_text(&text.replace("${SLUICE_TEST_UNSET_URL}", "127.0.0.1:6379"));
     assert_eq!(code, 1, "{stderr}");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("s.yaml");
-    std::fs::write(&file, text.replace("${SLUICE_TEST_UNSET_URL}", "")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("--config")
-        .arg(&file)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains(":3:10: the Redis URL is empty"),
-        "{stderr}"
-    );
+    let stderr = refused_to_start(&text.replace("${SLUICE_TEST_UNSET_URL}", ""));
+    assert!(stderr.contains(":3:10: the Redis URL is empty"), "{stderr}");
 }
 
 /// A Redis key store with no admin token: `--check` warns that its key API
