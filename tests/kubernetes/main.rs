@@ -645,6 +645,7 @@ fn the_release_binary_runs_as_the_deployment_runs_it() {
         .unwrap();
     let _stop = KillOnDrop(child.id());
     ask_probes(&rendered, admin, &mut child, log.path());
+    assert_runs_confined(child.id(), &rendered);
 
     // It serves, and limits through Redis: the demo route's 5 per 10 s.
     let statuses: Vec<u16> = (0..6).map(|_| get(addr, "/demo", &[]).status).collect();
@@ -739,6 +740,46 @@ fn the_release_binary_runs_as_the_deployment_runs_it() {
         status.success(),
         "exit: {status}\n{}",
         std::fs::read_to_string(log.path()).unwrap()
+    );
+}
+
+/// The running process is the pod's: its uid and gid, no capability in any
+/// set, no way to gain one, and a read-only root.
+fn assert_runs_confined(pid: u32, rendered: &Rendered) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default();
+        line[name.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let pod = at(rendered.deployment(), "spec.template.spec.securityContext");
+    let id = |key: &str| at(pod, key).as_u64().unwrap().to_string();
+    assert!(
+        field("Uid:").iter().all(|u| *u == id("runAsUser")),
+        "{status}"
+    );
+    assert!(
+        field("Gid:").iter().all(|g| *g == id("runAsGroup")),
+        "{status}"
+    );
+    for set in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(field(set), ["0000000000000000"], "{set} in\n{status}");
+    }
+    assert_eq!(field("NoNewPrivs:"), ["1"], "{status}");
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let root = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/"))
+        .unwrap();
+    let options = root.split(' ').nth(5).unwrap();
+    assert!(
+        options.split(',').any(|o| o == "ro"),
+        "the root is mounted {options}"
     );
 }
 
