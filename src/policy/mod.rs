@@ -36,6 +36,7 @@ pub mod keys;
 pub mod rate_headers;
 pub mod route;
 pub mod state;
+pub mod usage;
 
 mod checks;
 mod leases;

@@ -1,0 +1,214 @@
+//! A response's usage read from its body as it passes: the numbers at JSON
+//! pointers (RFC 6901) in an `application/json` body, or in the events of a
+//! `text/event-stream` (the last event that carries each pointer wins), summed.
+//! This is how LLM APIs report what a request cost: OpenAI's
+//! `usage.total_tokens` in the body or in the stream's last chunk, Anthropic's
+//! `usage.input_tokens` in `message_start` and the running
+//! `usage.output_tokens` in each `message_delta`.
+//!
+//! The reader only looks: it is fed each chunk after the chunk has been
+//! passed on, and never holds a byte back. Its memory is bounded by `max`: a
+//! JSON body over it, or one event over it, is passed on and not parsed.
+
+use serde_json::Value;
+
+/// The pointers whose values make a response's cost; a pointer the answer
+/// lacks (or holds `null` at) adds nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsagePointers(Vec<String>);
+
+impl UsagePointers {
+    /// The pointers, each `""` (the whole document) or starting with `/`;
+    /// `None` when one is not a JSON pointer.
+    pub fn new(pointers: Vec<String>) -> Option<Self> {
+        let valid =
+            !pointers.is_empty() && pointers.iter().all(|p| p.is_empty() || p.starts_with('/'));
+        valid.then_some(UsagePointers(pointers))
+    }
+
+    /// The pointers, as written.
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// How a body is read, by its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// One JSON document (`application/json`, `…+json`).
+    Json,
+    /// Server-sent events (`text/event-stream`), each `data` a JSON document.
+    EventStream,
+    /// Anything else: no usage is read from it.
+    Other,
+}
+
+/// The usage of one response, read as its body passes.
+#[derive(Debug)]
+pub struct UsageReader {
+    pointers: UsagePointers,
+    format: Format,
+    max: usize,
+    /// The JSON body so far, or the current event's lines.
+    pending: Vec<u8>,
+    /// The current event's `data`, joined by newlines.
+    data: Vec<u8>,
+    /// Past `max`: the JSON body, or the rest of the current event, is
+    /// passed on unread.
+    skipping: bool,
+    /// The last value seen at each pointer.
+    values: Vec<Option<u64>>,
+}
+
+impl UsageReader {
+    /// A reader of a response whose `Content-Type` is `content_type`, for
+    /// `pointers`, holding at most `max` bytes of it at once.
+    pub fn new(pointers: UsagePointers, content_type: &str, max: usize) -> Self {
+        let count = pointers.0.len();
+        UsageReader {
+            pointers,
+            format: format_of(content_type),
+            max,
+            pending: Vec::new(),
+            data: Vec::new(),
+            skipping: false,
+            values: vec![None; count],
+        }
+    }
+
+    /// Reads `chunk`, the next bytes of the body (already passed on).
+    pub fn feed(&mut self, chunk: &[u8]) {
+        match self.format {
+            Format::Other => {}
+            Format::Json => {
+                if self.skipping || self.pending.len() + chunk.len() > self.max {
+                    self.skipping = true;
+                    self.pending = Vec::new();
+                } else {
+                    self.pending.extend_from_slice(chunk);
+                }
+            }
+            Format::EventStream => self.feed_events(chunk),
+        }
+    }
+
+    /// The body ended: the usage it reported, if any pointer had a value.
+    pub fn finish(&mut self) -> Option<u64> {
+        match self.format {
+            Format::Json if !self.skipping => {
+                let body = std::mem::take(&mut self.pending);
+                if let Ok(document) = serde_json::from_slice::<Value>(&body) {
+                    self.take_values(&document);
+                }
+            }
+            // A last event without its blank line still counts (a browser
+            // would drop it; the usage it reports was spent all the same).
+            Format::EventStream => {
+                self.line_ended();
+                self.line_ended();
+            }
+            _ => {}
+        }
+        self.usage()
+    }
+
+    /// The usage seen so far (a response cut short): the sum of the last
+    /// value at each pointer, `None` when none had one.
+    pub fn usage(&self) -> Option<u64> {
+        let found: Vec<u64> = self.values.iter().flatten().copied().collect();
+        (!found.is_empty()).then(|| found.iter().fold(0u64, |a, v| a.saturating_add(*v)))
+    }
+
+    /// Splits `chunk` into lines; each complete line is taken.
+    fn feed_events(&mut self, mut chunk: &[u8]) {
+        while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
+            self.append(&chunk[..end]);
+            self.line_ended();
+            chunk = &chunk[end + 1..];
+        }
+        self.append(chunk);
+    }
+
+    /// Adds `bytes` to the current line, unless the event is over `max`.
+    fn append(&mut self, bytes: &[u8]) {
+        if self.skipping {
+            return;
+        }
+        if self.pending.len() + self.data.len() + bytes.len() > self.max {
+            self.skipping = true;
+            self.pending = Vec::new();
+            self.data = Vec::new();
+            return;
+        }
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// A line ended: a `data` field is kept; a blank line ends the event
+    /// (an event over `max` ends there too, unread).
+    fn line_ended(&mut self) {
+        let line = std::mem::take(&mut self.pending);
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if line.is_empty() {
+            if !self.skipping && !self.data.is_empty() {
+                let data = std::mem::take(&mut self.data);
+                if let Ok(document) = serde_json::from_slice::<Value>(&data) {
+                    self.take_values(&document);
+                }
+            }
+            self.data.clear();
+            self.skipping = false;
+            return;
+        }
+        if self.skipping {
+            return;
+        }
+        if let Some(value) = line.strip_prefix(b"data:") {
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            if !self.data.is_empty() {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(value);
+        }
+    }
+
+    /// Keeps the value at each pointer `document` has a number at.
+    fn take_values(&mut self, document: &Value) {
+        for (pointer, value) in self.pointers.0.iter().zip(&mut self.values) {
+            if let Some(found) = document.pointer(pointer).and_then(units) {
+                *value = Some(found);
+            }
+        }
+    }
+}
+
+/// A count of units: a non-negative whole number (`12`, `12.0`); anything
+/// else (`null`, a string, a fraction, a negative number) is no value.
+fn units(value: &Value) -> Option<u64> {
+    if let Some(n) = value.as_u64() {
+        return Some(n);
+    }
+    let f = value.as_f64()?;
+    (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64)
+}
+
+/// The format a `Content-Type` names (its media type, any case, parameters
+/// ignored).
+fn format_of(content_type: &str) -> Format {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if media == "text/event-stream" {
+        Format::EventStream
+    } else if media == "application/json" || media.ends_with("+json") {
+        Format::Json
+    } else {
+        Format::Other
+    }
+}
+
+#[cfg(test)]
+#[path = "usage_tests.rs"]
+mod tests;
