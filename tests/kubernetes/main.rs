@@ -714,11 +714,8 @@ fn the_release_binary_runs_as_the_deployment_runs_it() {
     wait_until(Duration::from_secs(2), "/readyz to answer 503", || {
         get(admin, "/readyz", &[]).status == 503
     });
-    std::thread::sleep(
-        delay
-            .saturating_sub(Duration::from_secs(2))
-            .saturating_sub(stopped.elapsed()),
-    );
+    // Halfway through the delay: well inside it on a loaded machine.
+    std::thread::sleep((delay / 2).saturating_sub(stopped.elapsed()));
     assert_eq!(
         get(addr, "/demo", &[]).status,
         200,
