@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Where the image installs the program (docker/Dockerfile), and where the
+/// pod runs it from.
+const IN_POD: &str = "/usr/local/bin/sluice";
+
 /// Exit status of the pod's script when the filesystem is not as the
 /// manifests promise (a path it must not write to is writable).
 pub const NOT_READ_ONLY: i32 = 97;
@@ -182,10 +186,16 @@ impl Pod {
             self.uid, self.gid
         );
         let mut s = String::from("set -eu\n");
-        // A writable layer over /etc, in this namespace only, to make the
-        // mount points the pod has there.
-        s += "layer=$(mktemp -d)\nmount -t tmpfs tmpfs \"$layer\"\nmkdir \"$layer/u\" \"$layer/w\"\n";
-        s += "mount -t overlay overlay -o \"lowerdir=/etc,upperdir=$layer/u,workdir=$layer/w\" /etc\n";
+        // Writable layers over /etc and /usr/local/bin, in this namespace
+        // only, to make the mount points the pod has there.
+        s += "layer=$(mktemp -d)\nmount -t tmpfs tmpfs \"$layer\"\n";
+        for (i, dir) in ["/etc", "/usr/local/bin"].iter().enumerate() {
+            s += &format!("mkdir \"$layer/u{i}\" \"$layer/w{i}\"\n");
+            s += &format!("mount -t overlay overlay -o \"lowerdir={dir},upperdir=$layer/u{i},workdir=$layer/w{i}\" {dir}\n");
+        }
+        // The program where the image has it (and out of the way of an
+        // emptyDir on /tmp, where a checkout may live).
+        s += &format!("touch {IN_POD}\nmount --bind \"$1\" {IN_POD}\nshift\n");
         for (dir, path) in &self.mounts {
             s += &format!(
                 "mkdir -p {p}\nmount --bind {d} {p}\n",
@@ -227,7 +237,7 @@ impl Pod {
             s += &format!("{as_user} sh -c 'echo > \"$1/.pod-write-test\" && rm \"$1/.pod-write-test\"' w {}\n", quote(path));
         }
         s += &format!(
-            "exec {as_user} --inh-caps=-all --bounding-set=-all --no-new-privs -- \"$@\"\n"
+            "cd /\nexec {as_user} --inh-caps=-all --bounding-set=-all --no-new-privs -- {IN_POD} \"$@\"\n"
         );
         s
     }
