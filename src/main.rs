@@ -155,7 +155,7 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
         ..Opt::default()
     };
     let server_conf = server_conf(&config);
-    let config_delay = config.server.shutdown_delay;
+    let shutdown_delay = config.server.shutdown_delay;
     let admin_addr = config.server.admin.clone();
     let routes = config.routes.len();
     let threads = config.server.threads;
@@ -184,7 +184,6 @@ fn run(cli: &Cli, config: Config) -> Result<std::convert::Infallible, String> {
     if cli.daemon {
         exit_on_daemon_ready().map_err(|e| format!("SIGUSR1 handler: {e}"))?;
     }
-    let shutdown_delay = config_delay;
     let draining = Arc::new(Draining::default());
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     // Bootstrap (taking the listeners over with --upgrade, then telling a

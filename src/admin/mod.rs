@@ -226,7 +226,7 @@ impl ServeHttp for AdminApp {
             "/healthz" => text(StatusCode::OK, plain, b"ok\n".to_vec()),
             "/readyz" if self.draining.is_draining() => text(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain; charset=utf-8",
+                plain,
                 b"not ready: shutting down (server.shutdown_delay: draining before the graceful stop)\n".to_vec(),
             ),
             "/readyz" => readyz(self.state.load().decider.readiness()),

@@ -25,11 +25,6 @@ impl UsagePointers {
             !pointers.is_empty() && pointers.iter().all(|p| p.is_empty() || p.starts_with('/'));
         valid.then_some(UsagePointers(pointers))
     }
-
-    /// The pointers, as written.
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
-    }
 }
 
 /// How a body is read, by its `Content-Type`.
