@@ -110,6 +110,7 @@ mod tests {
             remaining,
             reset: Duration::from_millis(reset_ms),
             retry_after: Duration::from_millis(retry_ms),
+            taken_us: 0,
         }
     }
 

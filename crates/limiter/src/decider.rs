@@ -221,6 +221,54 @@ impl Decider {
             .await;
     }
 
+    /// Settles an admitted request's reservations on the backend that
+    /// admitted it: gives back each of `returned`'s `cost` units (reserved
+    /// beyond what the request used), as taken at `taken_us` (its decisions'
+    /// [`Decision::taken_us`]), and charges each of `overdraft`'s `cost`
+    /// units on top (used beyond the reservation), now. Denials this instance
+    /// remembers for the returned keys are forgotten: the units are free
+    /// again. Best effort, like [`Decider::record`]: units not given back
+    /// free with their window, as if used.
+    pub async fn settle(
+        &self,
+        returned: &[LimitCheck<'_>],
+        taken_us: &[i64],
+        overdraft: &[LimitCheck<'_>],
+        outcome: &Outcome,
+    ) {
+        if !outcome.admitted {
+            return;
+        }
+        if let Some(cache) = self.deny_cache.as_ref().filter(|_| !returned.is_empty()) {
+            cache.forget(returned);
+        }
+        // The overdraft's own member: a sorted-set log keeps the
+        // reservation's units under the request's member.
+        let member = format!("{}+", outcome.member);
+        match outcome.source {
+            Source::Redis => {
+                let Some(redis) = &self.redis else {
+                    return;
+                };
+                if !returned.is_empty() {
+                    if let Err(e) = redis.refund(returned, &outcome.member, taken_us).await {
+                        log::warn!("a reservation's unused units could not be given back: {e}");
+                    }
+                }
+                if !overdraft.is_empty() {
+                    if let Err(e) = redis.record(overdraft, &member).await {
+                        log::warn!("a reservation's overdraft could not be recorded in Redis: {e}");
+                    }
+                }
+            }
+            Source::Local => {
+                self.local.refund(returned, taken_us);
+                self.local.record(overdraft, &member);
+            }
+            Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
+        }
+    }
+
     /// Does `step` for an admitted request's `checks` on the backend that
     /// admitted it (nothing for one admitted without a backend: deny cache,
     /// fail open). A Redis failure is logged, never returned.

@@ -43,6 +43,7 @@ impl Limiter for Fake {
                 remaining: if deny.is_some() { 0 } else { c.limit - 1 },
                 reset: c.window,
                 retry_after: deny.unwrap_or(Duration::ZERO),
+                taken_us: 0,
             })
             .collect())
     }
@@ -52,6 +53,10 @@ impl Limiter for Fake {
     }
 
     async fn record(&self, _: &[LimitCheck<'_>], _: &str) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
+    async fn refund(&self, _: &[LimitCheck<'_>], _: &str, _: &[i64]) -> Result<(), LimiterError> {
         Ok(())
     }
 

@@ -96,6 +96,7 @@ impl DenyCache {
                         remaining: c.limit,
                         reset: Duration::ZERO,
                         retry_after: Duration::ZERO,
+                        taken_us: 0,
                     })
                     .collect()
             });
@@ -104,6 +105,7 @@ impl DenyCache {
                 remaining: 0,
                 reset: wait,
                 retry_after: wait,
+                taken_us: 0,
             };
         }
         decisions
@@ -211,6 +213,7 @@ mod tests {
             remaining: 0,
             reset: Duration::from_millis(retry_ms),
             retry_after: Duration::from_millis(retry_ms),
+            taken_us: 0,
         }
     }
 
@@ -283,6 +286,7 @@ mod tests {
             remaining: 3,
             reset: Duration::ZERO,
             retry_after: Duration::ZERO,
+            taken_us: 0,
         };
         cache.remember(&[check("x")], &[allowed], t0);
         assert!(cache.lookup(&[check("x")], t0).is_none());

@@ -121,6 +121,11 @@ pub struct Decision {
     /// admits it now; for an allowed decision of a limit that delays, the
     /// wait before the request may proceed.
     pub retry_after: Duration,
+    /// When this limit took the request's units, on the clock of the
+    /// backend that decided (Redis's `TIME`, or the in-process clock), in
+    /// µs since the Unix epoch: what [`Limiter::refund`] gives back at.
+    /// 0 when it took none or the time is not known.
+    pub taken_us: i64,
 }
 
 impl Decision {
@@ -316,6 +321,19 @@ pub trait Limiter: Send + Sync {
     /// a deferred limit's counted response (its request was admitted).
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError>;
 
+    /// Gives back each check's `cost` units that `member` took when the
+    /// backend's clock read `taken_us[i]` (that decision's
+    /// [`Decision::taken_us`]): a reservation settled below what it
+    /// reserved. As if only the rest had been taken then: a window that has
+    /// ended since keeps its count, units already out of the window are not
+    /// given back twice, and another request's units are never removed.
+    async fn refund(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+        taken_us: &[i64],
+    ) -> Result<(), LimiterError>;
+
     /// Reports each check as [`Limiter::check`] would decide it now,
     /// consuming nothing (the usage API).
     async fn peek(&self, checks: &[LimitCheck<'_>]) -> Result<Vec<Decision>, LimiterError>;
@@ -420,6 +438,7 @@ mod tests {
             remaining: 0,
             reset: Duration::from_secs(8_981_536_051),
             retry_after: Duration::from_secs(8_981_536_051),
+            taken_us: 0,
         };
         let cases = [
             (Algorithm::SlidingLog, 60_000, 60_000),
@@ -449,6 +468,7 @@ mod tests {
             remaining: 3,
             reset: Duration::from_secs(7),
             retry_after: Duration::ZERO,
+            taken_us: 0,
         };
         assert_eq!(sane.bounded(&check(Algorithm::SlidingLog)), sane);
     }

@@ -28,6 +28,10 @@ fn period_end(now: u64, p: &Params) -> u64 {
 }
 
 impl Counter for CalendarCounter {
+    fn refund(&mut self, at: u64, _now: u64, p: &Params) {
+        self.0.give(period_end(at, p), p.cost);
+    }
+
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let ends = period_end(now, p);
         let latest = p.bounds.next_end_us.max(0) as u64;

@@ -24,6 +24,9 @@ impl Concurrency {
 }
 
 impl Counter for Concurrency {
+    /// Leases are released by member ([`Counter::release`]), never refunded.
+    fn refund(&mut self, _at: u64, _now: u64, _p: &Params) {}
+
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         self.leases.retain(|&(_, ends, _)| ends > now);
         self.count() + p.cost <= p.limit

@@ -28,7 +28,21 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// Gives back `cost` units counted in the period `index`, if it is the
+    /// one counted now.
+    pub(super) fn give(&mut self, index: u64, cost: u64) {
+        if index == self.index {
+            self.count = self.count.saturating_sub(cost);
+        }
+    }
+}
+
 impl Counter for FixedWindow {
+    fn refund(&mut self, at: u64, _now: u64, p: &Params) {
+        self.give(at / p.window.max(1), p.cost);
+    }
+
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         let current = now / p.window;
         let latest = super::latest_after_step_back(current, p.window);

@@ -141,6 +141,10 @@ pub(super) trait Counter: Send {
     }
     /// Gives back the units `member` reserved (it left while waiting).
     fn give_back(&mut self, _member: &str, _p: &Params) {}
+    /// Gives back `cost` of the units taken at `at` (µs), as the script's
+    /// `refund` does: a window that ended keeps its count, units out of the
+    /// window are not given back.
+    fn refund(&mut self, at: u64, now: u64, p: &Params);
     /// Whether nothing it holds still counts at `now`.
     fn is_idle(&self, now: u64) -> bool;
 }
@@ -212,6 +216,7 @@ impl Slot {
                 remaining,
                 reset: micros(reset),
                 retry_after: micros(wait),
+                taken_us: now as i64,
             };
         }
         if admit && ok && !check.deferred {
@@ -221,6 +226,7 @@ impl Slot {
                 remaining,
                 reset: micros(reset),
                 retry_after: Duration::ZERO,
+                taken_us: now as i64,
             };
         }
         if !check.block.is_zero() && self.boxed_until > now {
@@ -230,6 +236,7 @@ impl Slot {
                 remaining: 0,
                 reset: left,
                 retry_after: left,
+                taken_us: 0,
             };
         }
         let (remaining, mut reset, mut retry) = self.counter.report(now, &p);
@@ -245,6 +252,7 @@ impl Slot {
             remaining,
             reset: micros(reset),
             retry_after: micros(retry),
+            taken_us: 0,
         }
     }
 }
@@ -312,6 +320,7 @@ impl<C: Clock> LocalLimiter<C> {
                         remaining: check.limit,
                         reset: Duration::ZERO,
                         retry_after: Duration::ZERO,
+                        taken_us: 0,
                     };
                 };
                 slot.conclude(check, admit, (ok, wait), now, member)
@@ -326,6 +335,19 @@ impl<C: Clock> LocalLimiter<C> {
         for (check, &g) in checks.iter().zip(&slots) {
             if let Some(slot) = guards[g].get_mut(check.key) {
                 slot.counter.give_back(member, &Params::of(check));
+            }
+        }
+    }
+
+    /// Gives back each check's `cost` units taken at `taken_us[i]` (see
+    /// [`Limiter::refund`]).
+    pub fn refund(&self, checks: &[LimitCheck<'_>], taken_us: &[i64]) {
+        let now = self.clock.now_us();
+        let (mut guards, slots) = self.slots.lock_all(checks.iter().map(|c| c.key));
+        for ((check, &g), &at) in checks.iter().zip(&slots).zip(taken_us) {
+            if let Some(slot) = guards[g].get_mut(check.key) {
+                let at = u64::try_from(at).unwrap_or(0);
+                slot.counter.refund(at, now, &Params::of(check));
             }
         }
     }
@@ -386,6 +408,16 @@ impl<C: Clock> Limiter for LocalLimiter<C> {
 
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
         LocalLimiter::record(self, checks, member);
+        Ok(())
+    }
+
+    async fn refund(
+        &self,
+        checks: &[LimitCheck<'_>],
+        _member: &str,
+        taken_us: &[i64],
+    ) -> Result<(), LimiterError> {
+        LocalLimiter::refund(self, checks, taken_us);
         Ok(())
     }
 

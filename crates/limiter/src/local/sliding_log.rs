@@ -58,6 +58,17 @@ impl Counter for SlidingLog {
         (p.limit.saturating_sub(count + p.cost), reset)
     }
 
+    fn refund(&mut self, at: u64, now: u64, p: &Params) {
+        if at == 0 || now.saturating_sub(at) >= p.window {
+            return;
+        }
+        // The oldest units stamped at or after `at`: the request's own, or
+        // units as late (the script's rule).
+        let first = self.admitted.partition_point(|&t| t < at);
+        let last = (first + p.cost as usize).min(self.admitted.len());
+        self.admitted.drain(first..last);
+    }
+
     fn wait(&mut self, now: u64, p: &Params) -> Option<u64> {
         let count = self.admitted.len() as u64;
         let excess = (count + p.cost).checked_sub(p.limit).filter(|&e| e > 0)?;

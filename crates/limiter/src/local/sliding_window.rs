@@ -31,6 +31,17 @@ impl SlidingWindow {
 }
 
 impl Counter for SlidingWindow {
+    fn refund(&mut self, at: u64, _now: u64, p: &Params) {
+        let index = at / size(p);
+        if let Some(i) = self.buckets.iter().position(|&(b, _)| b == index) {
+            let units = &mut self.buckets[i].1;
+            *units = units.saturating_sub(p.cost);
+            if *units == 0 {
+                self.buckets.remove(i);
+            }
+        }
+    }
+
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         self.size = size(p);
         self.buckets_per_window = p.param;

@@ -33,6 +33,10 @@ fn gcra(stored: u64, now: u64, p: &Params) -> Gcra {
 }
 
 impl Counter for TokenBucket {
+    fn refund(&mut self, _at: u64, _now: u64, p: &Params) {
+        self.give_back("", p);
+    }
+
     fn peek(&mut self, now: u64, p: &Params) -> bool {
         gcra(self.tat, now, p).allow_at <= now as i128
     }

@@ -410,6 +410,7 @@ impl ClusterLimiter {
                     remaining: check.limit,
                     reset: Duration::ZERO,
                     retry_after: Duration::ZERO,
+                    taken_us: 0,
                 });
             }
         }
@@ -582,6 +583,27 @@ impl Limiter for ClusterLimiter {
     }
 
     /// On the key's primary (per node, or routed per key).
+    async fn refund(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+        taken_us: &[i64],
+    ) -> Result<(), LimiterError> {
+        if let Some(limiter) = self.single_node(checks).and_then(|n| self.node_limiter(&n)) {
+            match limiter.refund(checks, member, taken_us).await {
+                Err(e) if is_misrouted(&e) => self.reload_slots_soon(),
+                other => return other,
+            }
+        }
+        let conn = self.current().ok_or(LimiterError::CircuitOpen)?;
+        let deadline = Instant::now() + self.budget;
+        for (check, &at) in checks.iter().zip(taken_us) {
+            let mode = Mode::Refund { taken_us: at };
+            self.call(&conn, check, member, mode, deadline).await?;
+        }
+        Ok(())
+    }
+
     async fn record(&self, checks: &[LimitCheck<'_>], member: &str) -> Result<(), LimiterError> {
         if let Some(limiter) = self.single_node(checks).and_then(|n| self.node_limiter(&n)) {
             match limiter.record(checks, member).await {

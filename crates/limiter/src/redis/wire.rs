@@ -381,6 +381,7 @@ pub fn decode_reply(reply: &[i64], n: usize) -> Result<(Vec<Decision>, i64), Lim
             // For an admitted request, zero; or the wait of a limit that
             // delays it (`on_limit: delay`).
             retry_after: micros(c[3]),
+            taken_us: if c[0] == 1 { reply[1] } else { 0 },
         })
         .collect();
     Ok((decisions, reply[1]))

@@ -292,6 +292,10 @@ function sliding_log.refund(key, a, member, taken, now)
   end
   if taken == 0 then
     taken = now
+  elseif taken <= now - a.window then
+    -- Its units have left the window (and may be gone): nothing of its own
+    -- to give back, and a later request's units are not its to give.
+    return
   end
   local s = read_packed(key, 0, { window = 0 })
   if s.n == 0 then

@@ -543,6 +543,34 @@ impl Limiter for RedisLimiter {
             .map(|_| ())
     }
 
+    /// One call per distinct time (the checks of one decision share
+    /// Redis's clock reading: one call); bounded by the budget.
+    async fn refund(
+        &self,
+        checks: &[LimitCheck<'_>],
+        member: &str,
+        taken_us: &[i64],
+    ) -> Result<(), LimiterError> {
+        if self.circuit.is_open() {
+            return Err(LimiterError::CircuitOpen);
+        }
+        let deadline = Instant::now() + self.budget;
+        let mut times: Vec<i64> = taken_us.to_vec();
+        times.sort_unstable();
+        times.dedup();
+        for at in times {
+            let same: Vec<LimitCheck<'_>> = checks
+                .iter()
+                .zip(taken_us)
+                .filter(|(_, t)| **t == at)
+                .map(|(c, _)| *c)
+                .collect();
+            let mode = Mode::Refund { taken_us: at };
+            self.evaluate(&same, member, mode, deadline).await?;
+        }
+        Ok(())
+    }
+
     async fn query(
         &self,
         cmd: redis::Cmd,
