@@ -6,7 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::policy::usage::{UsagePointers, UsageReader};
+use sluice::config::usage::JsonPointers;
+use sluice::policy::usage::UsageReader;
 
 const POINTERS: [&str; 4] = [
     "/usage/total_tokens",
@@ -16,7 +17,7 @@ const POINTERS: [&str; 4] = [
 ];
 
 fn read(content_type: &str, body: &[u8], chunk: usize) -> Option<u64> {
-    let pointers = UsagePointers::new(POINTERS.iter().map(|p| p.to_string()).collect())
+    let pointers = JsonPointers::new(POINTERS.iter().map(|p| p.to_string()).collect())
         .expect("pointers");
     let mut reader = UsageReader::new(pointers, content_type, 512);
     for part in body.chunks(chunk) {

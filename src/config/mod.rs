@@ -31,6 +31,7 @@ pub mod route;
 pub mod template;
 pub mod tls;
 pub mod upstream;
+pub mod usage;
 mod validate;
 
 // The model, named from here: `config::LimitConfig` wherever it is defined.

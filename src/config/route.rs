@@ -194,9 +194,12 @@ pub struct LimitConfig {
     pub block_for: Duration,
     /// Count only responses with one of these statuses (`count_when`).
     pub count_when: Option<Vec<StatusMatch>>,
-    /// Count the response header's number instead of `cost` (`cost_from`,
-    /// lower-case name).
-    pub cost_from: Option<String>,
+    /// Count what the response says it cost instead of `cost`
+    /// (`cost_from`).
+    pub cost_from: Option<super::usage::CostFrom>,
+    /// Units taken before the request is proxied, settled to what the
+    /// response says it cost (`reserve`).
+    pub reserve: Option<super::usage::Reserve>,
     /// The civil periods of a calendar quota (`calendar`, `timezone`); set
     /// exactly when the algorithm is [`Algorithm::Calendar`].
     pub calendar: Option<super::calendar::Calendar>,
@@ -229,10 +232,10 @@ impl StatusMatch {
 
 impl LimitConfig {
     /// Whether the response decides what this limit counts: the request is
-    /// checked before it is proxied and counted when its response head is
-    /// known (`count_when`, `cost_from`).
+    /// checked before it is proxied and counted when its response is known
+    /// (`count_when`, or `cost_from` without `reserve`).
     pub fn deferred(&self) -> bool {
-        self.count_when.is_some() || self.cost_from.is_some()
+        self.count_when.is_some() || (self.cost_from.is_some() && self.reserve.is_none())
     }
 }
 
@@ -260,33 +263,7 @@ pub struct Override {
 impl LimitConfig {
     /// A limit in one phrase: "10 per 1m (sliding_log, key ip)".
     pub fn describe(&self) -> String {
-        let rate = match self.algorithm {
-            Algorithm::Concurrency { lease } => {
-                format!(
-                    "{} in flight (lease {})",
-                    self.limit,
-                    format_duration(lease)
-                )
-            }
-            Algorithm::TokenBucket { burst } => format!(
-                "{} per {}, burst {burst}",
-                self.limit,
-                format_duration(self.window)
-            ),
-            Algorithm::SlidingWindow { buckets } => format!(
-                "{} per {}, {buckets} buckets",
-                self.limit,
-                format_duration(self.window)
-            ),
-            Algorithm::Calendar { period, .. } => {
-                let zone = self
-                    .calendar
-                    .as_ref()
-                    .map_or("UTC", |c| c.zone_name.as_str());
-                format!("{} per {} ({zone})", self.limit, period.name())
-            }
-            _ => format!("{} per {}", self.limit, format_duration(self.window)),
-        };
+        let rate = self.describe_rate();
         let key: Vec<String> = self.key.iter().map(KeyPart::label).collect();
         let mut notes = vec![
             self.algorithm.name().to_string(),
@@ -314,8 +291,11 @@ impl LimitConfig {
                 .collect();
             notes.push(format!("counts {}", statuses.join(" ")));
         }
-        if let Some(header) = &self.cost_from {
-            notes.push(format!("cost from {header}"));
+        if let Some(reserve) = &self.reserve {
+            notes.push(reserve.describe());
+        }
+        if let Some(from) = &self.cost_from {
+            notes.push(from.describe());
         }
         if !self.block_for.is_zero() {
             notes.push(format!("block_for {}", format_duration(self.block_for)));
@@ -338,5 +318,36 @@ impl LimitConfig {
             notes.push(format!("overrides {}", limits.join(" ")));
         }
         format!("{rate} ({})", notes.join(", "))
+    }
+
+    /// The rate: "10 per 1m", "5 in flight (lease 30s)", …
+    fn describe_rate(&self) -> String {
+        match self.algorithm {
+            Algorithm::Concurrency { lease } => {
+                format!(
+                    "{} in flight (lease {})",
+                    self.limit,
+                    format_duration(lease)
+                )
+            }
+            Algorithm::TokenBucket { burst } => format!(
+                "{} per {}, burst {burst}",
+                self.limit,
+                format_duration(self.window)
+            ),
+            Algorithm::SlidingWindow { buckets } => format!(
+                "{} per {}, {buckets} buckets",
+                self.limit,
+                format_duration(self.window)
+            ),
+            Algorithm::Calendar { period, .. } => {
+                let zone = self
+                    .calendar
+                    .as_ref()
+                    .map_or("UTC", |c| c.zone_name.as_str());
+                format!("{} per {} ({zone})", self.limit, period.name())
+            }
+            _ => format!("{} per {}", self.limit, format_duration(self.window)),
+        }
     }
 }

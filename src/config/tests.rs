@@ -662,6 +662,112 @@ fn block_for_needs_a_timed_enforced_limit() {
 }
 
 #[test]
+fn reserve_and_response_json_are_checked() {
+    let limit = |extra: &str| {
+        format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 5000, window: 1m{extra} }}\n")
+    };
+    let config = load(&limit(
+        ", reserve: {request_json: [/max_completion_tokens, /max_tokens], default: 1024, max: 4096, plus: 10}, cost_from: {response_json: /usage/total_tokens}",
+    ))
+    .unwrap();
+    let l = &config.routes[0].limits[0];
+    assert!(!l.deferred(), "a reservation is taken at admission");
+    let reserve = l.reserve.as_ref().unwrap();
+    assert_eq!(
+        (reserve.default, reserve.max, reserve.plus),
+        (1024, 4096, 10)
+    );
+    assert!(
+        l.describe().contains("reserves /max_completion_tokens or /max_tokens + 10 (default 1024, max 4096), cost from /usage/total_tokens"),
+        "{}",
+        l.describe()
+    );
+    // Without `default`, `max` stands in; a constant reserves as written.
+    let config = load(&limit(", reserve: {request_json: /max_tokens, max: 300}")).unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].reserve.as_ref().unwrap().default,
+        300
+    );
+    let config = load(&limit(
+        ", reserve: 250, cost_from: {response_header: x-usage}",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.routes[0].limits[0].reserve.as_ref().unwrap().plus,
+        250
+    );
+    // Without `reserve`, a JSON cost is counted when the response ends.
+    let config = load(&limit(
+        ", cost_from: {response_json: [/usage/input_tokens, /usage/output_tokens]}",
+    ))
+    .unwrap();
+    assert!(config.routes[0].limits[0].deferred());
+}
+
+#[test]
+fn bad_reservations_and_json_costs_are_refused_where_written() {
+    let limit = |extra: &str| {
+        format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 5000, window: 1m{extra} }}\n")
+    };
+    for (extra, want) in [
+        (
+            ", reserve: {request_json: usage.max}",
+            "`usage.max` is not a JSON pointer",
+        ),
+        (
+            ", reserve: {request_json: [/a, b~2], default: 1}",
+            "test.yaml:5:85: `b~2` is not a JSON pointer",
+        ),
+        (
+            ", cost_from: {response_json: total_tokens}",
+            "`total_tokens` is not a JSON pointer",
+        ),
+        (
+            ", cost_from: {response_json: /a, response_header: x}",
+            "`cost_from` takes exactly one of `response_header` or `response_json`",
+        ),
+        (", cost_from: {}", "`cost_from` takes exactly one of"),
+        (
+            ", reserve: {request_json: /max_tokens}",
+            "`reserve` needs a `default`",
+        ),
+        (", reserve: {default: 5}", "`reserve` needs `request_json`"),
+        (", reserve: 0", "`reserve` must be at least 1"),
+        (", reserve: -3", "a number of units"),
+        (
+            ", reserve: {request_json: /m, max: 0}",
+            "`max` must be at least 1",
+        ),
+        (
+            ", reserve: 10, cost: 2",
+            "either `cost` or `reserve`, not both",
+        ),
+        (
+            ", reserve: 10, count_when: {status: [200]}",
+            "`reserve` cannot apply to a limit counted by status",
+        ),
+        (
+            ", reserve: 10, on_limit: delay",
+            "`reserve` cannot apply to a limit that delays",
+        ),
+        (
+            ", reserve: {request_json: /m, default: 1, maximum: 3}",
+            "unknown field `maximum`",
+        ),
+    ] {
+        let err = error_of(&limit(extra));
+        assert!(err.contains(want), "{extra}: want {want:?}, got {err}");
+    }
+    let concurrency = "routes:\n  - name: r\n    respond: {}\n    limits:\n      - { name: l, key: [ip], limit: 5, algorithm: concurrency, reserve: 2 }\n";
+    let err = error_of(concurrency);
+    assert!(
+        err.contains("`reserve` cannot apply to a `concurrency` limit"),
+        "{err}"
+    );
+    assert!(err.contains(":5:"), "the position is given: {err}");
+}
+
+#[test]
 fn count_when_and_cost_from_are_checked() {
     let limit = |extra: &str| {
         format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {{ name: l, key: [ip], limit: 5{extra} }}\n")
@@ -672,7 +778,10 @@ fn count_when_and_cost_from_are_checked() {
     let when = l.count_when.as_ref().unwrap();
     assert!(when.iter().any(|m| m.matches(401)) && when.iter().any(|m| m.matches(502)));
     assert!(!when.iter().any(|m| m.matches(200)) && !when.iter().any(|m| m.matches(403)));
-    assert_eq!(l.cost_from.as_deref(), Some("x-usage"));
+    assert_eq!(
+        l.cost_from,
+        Some(crate::config::usage::CostFrom::Header("x-usage".into()))
+    );
     assert!(
         l.describe()
             .contains("counts 401 5xx 429, cost from x-usage"),

@@ -82,6 +82,11 @@ pub struct RequestCtx {
     pub cors_origin: Option<HeaderValue>,
     /// Its trace, when `tracing:` names a collector.
     pub trace: Option<RequestTrace>,
+    /// Its whole body, when it was read before the decision (a limit
+    /// reserves by it): what goes upstream.
+    pub early_body: Option<bytes::Bytes>,
+    /// What its reservation came to, once settled.
+    pub settlement: policy::Settlement,
 }
 
 impl RequestCtx {
@@ -112,6 +117,72 @@ impl RequestCtx {
             preflight: false,
             cors_origin: None,
             trace: None,
+            early_body: None,
+            settlement: policy::Settlement::default(),
+        }
+    }
+
+    /// A chunk of the request body on its way upstream: counted against
+    /// the route's cap (see [`RequestCtx::body_received`]), or, for a body
+    /// read before the decision, replaced by the whole body (Pingora sends
+    /// only its tail, from the retry buffer; a retry sends it again).
+    pub fn body_passing(&mut self, body: &mut Option<bytes::Bytes>) -> pingora::Result<()> {
+        match &self.early_body {
+            Some(whole) => {
+                if body.is_some() {
+                    *body = Some(whole.clone());
+                }
+                Ok(())
+            }
+            None => self.body_received(body.as_ref().map_or(0, |b| b.len())),
+        }
+    }
+
+    /// A request whose body was read before the decision no longer waits
+    /// for `100 Continue`: the upstream is not asked to send one.
+    pub fn drop_expect(&self, upstream: &mut RequestHeader) {
+        if self.early_body.is_some() {
+            upstream.remove_header(&http::header::EXPECT);
+        }
+    }
+
+    /// The request ended with `status`: hands back what it held and
+    /// settles what its response cost (see [`HeldLeases::release`]).
+    pub async fn release(&mut self, status: u16) {
+        let state = Arc::clone(&self.state);
+        let route = self.route.and_then(|i| state.compiled.get(i));
+        if let (Some(leases), Some(route)) = (self.leases.take(), route) {
+            self.settlement = leases.release(&state, route, status).await;
+        }
+    }
+
+    /// Counts the request, answered with `status`, in its route's series
+    /// (`unmatched`: the duration of a request no route matched) and its
+    /// upstream's gateway errors.
+    pub fn count_response(
+        &self,
+        metrics: &crate::observe::metrics::Metrics,
+        status: u16,
+        unmatched: &prometheus::Histogram,
+    ) {
+        let (route_name, duration) = match self.route() {
+            Some(route) => (route.name.as_str(), &route.duration),
+            None => ("_unmatched", unmatched),
+        };
+        metrics.count_request(route_name, status);
+        if matches!(status, 502 | 504) {
+            if let Some(upstream) = self.upstream() {
+                upstream.gateway_errors.count(status);
+            }
+        }
+        duration.observe(self.started.elapsed().as_secs_f64());
+    }
+
+    /// A chunk of the response body, already on its way to the client:
+    /// read for the usage it reports, when a limit's cost is in it.
+    pub fn response_body_passed(&mut self, body: Option<&bytes::Bytes>, end: bool) {
+        if let Some(held) = self.leases.as_mut().filter(|h| h.reads_body()) {
+            held.body_passed(body.map_or(&[][..], |b| &b[..]), end);
         }
     }
 
@@ -316,6 +387,8 @@ impl RequestCtx {
             let status = response.status.as_u16();
             let header = |name: &str| response.headers.get(name).map(|v| v.as_bytes());
             held.settle(&state, route, status, &header).await;
+            let content_type = header("content-type").and_then(|v| std::str::from_utf8(v).ok());
+            held.read_body(route, content_type.unwrap_or(""));
         }
     }
 
@@ -372,6 +445,7 @@ impl RequestCtx {
             peer,
             path: self.path(head),
             client_cert: self.client_cert.as_deref(),
+            body: self.early_body.as_deref(),
         };
         let user = self.user.as_deref();
         policy::with_request_parts(&self.state, route, &view, client, user, |request| {

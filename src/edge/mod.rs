@@ -15,6 +15,7 @@
 pub mod attempt;
 pub mod context;
 pub mod drain;
+pub mod early_body;
 pub mod fast_stop;
 pub mod front_door;
 pub mod handshake;

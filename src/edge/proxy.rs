@@ -11,6 +11,7 @@
 use crate::config::RouteAction;
 use crate::edge::attempt;
 use crate::edge::context::RequestCtx;
+use crate::edge::early_body;
 use crate::edge::front_door::GuardedStream;
 use crate::edge::respond;
 use crate::edge::shutdown_delay::Draining;
@@ -89,11 +90,16 @@ impl ProxyHttp for Gateway {
             return respond::early(session, early, &ctx.voice()).await;
         }
         ctx.client_cert = respond::client_cert(session);
+        match early_body::read(session, ctx, route).await {
+            Ok(read) => read?,
+            Err(rejection) => return respond::reject(session, &rejection, &ctx.voice()).await,
+        }
         let view = RequestView {
             head: session.req_header(),
             peer: respond::peer_ip(session),
             path: ctx.path(session.req_header()),
             client_cert: ctx.client_cert.as_deref(),
+            body: ctx.early_body.as_deref(),
         };
         let judgement = policy::judge(&state, route, &view).await;
         ctx.judged(judgement.report);
@@ -168,8 +174,9 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let peer = respond::socket_ip(session);
-        let rewrite = ctx.upstream_rewrite(session.req_header(), peer);
-        rewrite.apply(upstream_request)
+        ctx.drop_expect(upstream_request);
+        ctx.upstream_rewrite(session.req_header(), peer)
+            .apply(upstream_request)
     }
 
     async fn response_filter(
@@ -208,7 +215,18 @@ impl ProxyHttp for Gateway {
         _end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        ctx.body_received(body.as_ref().map_or(0, |b| b.len()))
+        ctx.body_passing(body)
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        ctx.response_body_passed(body.as_ref(), end_of_stream);
+        Ok(None)
     }
 
     async fn logging(
@@ -221,23 +239,9 @@ impl ProxyHttp for Gateway {
         if let Some(stream) = session.stream().and_then(GuardedStream::of) {
             stream.request_done();
         }
-        let leases = ctx.leases.take();
-        let route = ctx.route();
         let status = respond::final_status(session, ctx.abandoned);
-        if let (Some(leases), Some(route)) = (leases, route) {
-            leases.release(&ctx.state, route, status).await;
-        }
-        let (route_name, duration) = match route {
-            Some(route) => (route.name.as_str(), &route.duration),
-            None => ("_unmatched", &self.unmatched_duration),
-        };
-        self.metrics.count_request(route_name, status);
-        if matches!(status, 502 | 504) {
-            if let Some(upstream) = ctx.upstream() {
-                upstream.gateway_errors.count(status);
-            }
-        }
-        duration.observe(ctx.started.elapsed().as_secs_f64());
+        ctx.release(status).await;
+        ctx.count_response(&self.metrics, status, &self.unmatched_duration);
         let (req, peer) = (session.req_header(), respond::peer_ip(session));
         if ctx.state.config.server.access_log {
             self.access_log.write(&ctx.log_line(req, status, peer));

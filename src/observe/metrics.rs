@@ -20,6 +20,10 @@ pub struct Metrics {
     pub request_duration: HistogramVec,
     /// `sluice_ratelimit_decisions_total{route,limit,decision,source}`.
     pub decisions: IntCounterVec,
+    /// `sluice_ratelimit_reserve_units_total{route,limit,kind}`: units
+    /// reserved, given back and overdrawn by limits that reserve (kinds in
+    /// [`RESERVE_KINDS`]).
+    pub reserve_units: IntCounterVec,
     /// `sluice_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
     /// The Redis metrics, handed to the Redis backend.
@@ -218,6 +222,22 @@ impl LimitShape {
     }
 }
 
+/// The `kind` label of `sluice_ratelimit_reserve_units_total`: units taken
+/// before requests were proxied, units given back when their responses
+/// cost less, and units charged beyond the reservation.
+pub const RESERVE_KINDS: [&str; 3] = ["reserved", "given_back", "overdraft"];
+
+/// Pre-resolved reservation counters of one limit that reserves.
+#[derive(Clone)]
+pub struct ReserveCounters {
+    /// Units reserved.
+    pub reserved: IntCounter,
+    /// Units given back at settlement.
+    pub given_back: IntCounter,
+    /// Units charged beyond the reservation at settlement.
+    pub overdraft: IntCounter,
+}
+
 /// Pre-resolved decision counters of one limit, one per (decision, source)
 /// pair that can happen, so the request path does no label hashing.
 #[derive(Clone)]
@@ -408,6 +428,28 @@ fn by_route(
     counters(registry, name, help, &["route"], &[])
 }
 
+/// `sluice_ratelimit_decisions_total{route,limit,decision,source}`.
+fn decisions(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counters(
+        registry,
+        "sluice_ratelimit_decisions_total",
+        "Rate-limit decisions, by route, limit, decision and source.",
+        &["route", "limit", "decision", "source"],
+        &[],
+    )
+}
+
+/// `sluice_ratelimit_reserve_units_total{route,limit,kind}`.
+fn reserve_units(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counters(
+        registry,
+        "sluice_ratelimit_reserve_units_total",
+        "Units limits reserved before proxying, gave back when responses cost less, and charged beyond reservations (overdraft), by route, limit and kind.",
+        &["route", "limit", "kind"],
+        &[],
+    )
+}
+
 /// `sluice_rls_requests_total{code}`, every code at 0.
 fn rls_requests(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
     counters(
@@ -542,13 +584,8 @@ impl Metrics {
                 "Time from request start to response end, by route.",
                 &["route"],
             )?,
-            decisions: counters(
-                &registry,
-                "sluice_ratelimit_decisions_total",
-                "Rate-limit decisions, by route, limit, decision and source.",
-                &["route", "limit", "decision", "source"],
-                &[],
-            )?,
+            decisions: decisions(&registry)?,
+            reserve_units: reserve_units(&registry)?,
             config_reloads: counters(
                 &registry,
                 "sluice_config_reloads_total",
@@ -582,6 +619,17 @@ impl Metrics {
                 .with_label_values(&[route, limit, "exempt", "exempt"])
         });
         LimitCounters { counters, exempt }
+    }
+
+    /// The reservation counters of limit `limit` of `route`.
+    pub fn reserve_counters(&self, route: &str, limit: &str) -> ReserveCounters {
+        let [reserved, given_back, overdraft] =
+            RESERVE_KINDS.map(|kind| self.reserve_units.with_label_values(&[route, limit, kind]));
+        ReserveCounters {
+            reserved,
+            given_back,
+            overdraft,
+        }
     }
 
     /// Counts one request of `route` answered with `status` (0: no

@@ -19,6 +19,8 @@ pub(super) struct Keyed {
     pub(super) index: usize,
     pub(super) key: String,
     pub(super) applied: u64,
+    /// Units the request takes: the limit's `cost`, or what it reserves.
+    pub(super) cost: u64,
 }
 
 /// The counter keys of the route's limits for this request, as (limit
@@ -104,6 +106,7 @@ pub(super) fn keys_of(
                 index: i,
                 key,
                 applied: applied_limit(c, parts, plan),
+                cost: c.cost,
             })
         })
         .transpose()
@@ -132,7 +135,10 @@ pub fn applied_limit(
 /// The limiter's view of the keyed limits.
 pub(super) fn checks<'k>(route: &CompiledRoute, keys: &'k [Keyed]) -> Vec<LimitCheck<'k>> {
     keys.iter()
-        .map(|k| limit_check(&route.limits[k.index].config, &k.key, k.applied))
+        .map(|k| LimitCheck {
+            cost: k.cost,
+            ..limit_check(&route.limits[k.index].config, &k.key, k.applied)
+        })
         .collect()
 }
 

@@ -41,6 +41,7 @@ pub mod usage;
 mod checks;
 mod leases;
 mod rejection;
+mod settle;
 mod shown;
 mod verdict;
 mod who;
@@ -63,6 +64,7 @@ use leases::held_leases;
 pub use leases::{HeldLeases, MAX_RESPONSE_COST};
 use pingora::http::RequestHeader;
 pub use rejection::{fixed_reply, is_grpc, Rejection, Reply};
+pub use settle::Settlement;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use verdict::{count_decisions, rate_entries, verdict};
@@ -79,6 +81,9 @@ pub struct RequestView<'a> {
     pub path: &'a str,
     /// The connection's verified client certificate, if any.
     pub client_cert: Option<&'a ClientCert>,
+    /// The request body, when the route's limits read it (`reserve`) and
+    /// it was read before the decision.
+    pub body: Option<&'a [u8]>,
 }
 
 /// Where a request goes: its route and what to send upstream instead of
@@ -209,6 +214,13 @@ pub(crate) async fn judge<'a>(
         return Judgement {
             report,
             step: Step::Proceed(None),
+        };
+    }
+    let mut keys = keys;
+    if let Err(rejection) = settle::reserve(route, &mut keys, view.body) {
+        return Judgement {
+            report,
+            step: Step::Reject(rejection),
         };
     }
     let mut checks = checks(route, &keys);

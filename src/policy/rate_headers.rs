@@ -98,6 +98,7 @@ mod tests {
             block_for: Duration::ZERO,
             count_when: None,
             cost_from: None,
+            reserve: None,
             calendar: None,
             max_delay: Duration::ZERO,
             max_waiting: 1,

@@ -66,6 +66,22 @@ pub enum Rejection<'a> {
         /// The service's `WWW-Authenticate` and `Content-Type`.
         headers: Vec<(&'static str, HeaderValue)>,
     },
+    /// A limit reserves by the request's JSON body (`reserve` with
+    /// `required: true`) and the body does not say how much: 400.
+    UnreadableBody {
+        /// The route's name.
+        route: &'a str,
+        /// The limit that reads it.
+        limit: &'a str,
+        /// What is wrong with the body.
+        reason: crate::config::usage::NoReservation,
+    },
+    /// A request body without a `Content-Length`, larger than a body read
+    /// before the decision can be sent on: 411.
+    LengthRequired {
+        /// The route's name.
+        route: &'a str,
+    },
     /// Something in the gateway itself failed: 500.
     Internal,
 }
@@ -94,6 +110,8 @@ pub(super) struct ErrorBody<'a> {
     pub(super) limit: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) retry_after_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) reason: Option<&'a str>,
 }
 
 impl ErrorBody<'_> {
@@ -103,6 +121,7 @@ impl ErrorBody<'_> {
             route: None,
             limit: None,
             retry_after_seconds: None,
+            reason: None,
         }
     }
 
@@ -124,6 +143,10 @@ impl ErrorBody<'_> {
         if let Some(seconds) = self.retry_after_seconds {
             use std::io::Write as _;
             let _ = write!(out, ",\"retry_after_seconds\":{seconds}");
+        }
+        if let Some(reason) = self.reason {
+            out.extend_from_slice(b",\"reason\":");
+            push_json_string(&mut out, reason);
         }
         out.push(b'}');
         out
@@ -198,6 +221,7 @@ impl Rejection<'_> {
                     route: Some(route),
                     limit: Some(limit),
                     retry_after_seconds: Some(*retry_after),
+                    reason: None,
                 };
                 (*status, all, body)
             }
@@ -209,28 +233,22 @@ impl Rejection<'_> {
                     ..ErrorBody::only("rate_limiter_unavailable")
                 },
             ),
-            Rejection::BadGateway { route } => (
-                502,
+            Rejection::BadGateway { route } => on_route(502, "bad_gateway", *route),
+            Rejection::GatewayTimeout { route } => on_route(504, "gateway_timeout", *route),
+            Rejection::PayloadTooLarge { route } => on_route(413, "payload_too_large", *route),
+            Rejection::LengthRequired { route } => on_route(411, "length_required", Some(route)),
+            Rejection::UnreadableBody {
+                route,
+                limit,
+                reason,
+            } => (
+                400,
                 Vec::new(),
                 ErrorBody {
-                    route: *route,
-                    ..ErrorBody::only("bad_gateway")
-                },
-            ),
-            Rejection::GatewayTimeout { route } => (
-                504,
-                Vec::new(),
-                ErrorBody {
-                    route: *route,
-                    ..ErrorBody::only("gateway_timeout")
-                },
-            ),
-            Rejection::PayloadTooLarge { route } => (
-                413,
-                Vec::new(),
-                ErrorBody {
-                    route: *route,
-                    ..ErrorBody::only("payload_too_large")
+                    route: Some(route),
+                    limit: Some(limit),
+                    reason: Some(reason.as_str()),
+                    ..ErrorBody::only("bad_body")
                 },
             ),
             Rejection::Internal | Rejection::AuthRefused { .. } => {
@@ -238,6 +256,19 @@ impl Rejection<'_> {
             }
         }
     }
+}
+
+/// The parts of a rejection that names only its route.
+fn on_route<'a>(
+    status: u16,
+    error: &'static str,
+    route: Option<&'a str>,
+) -> (u16, Vec<(&'static str, HeaderValue)>, ErrorBody<'a>) {
+    let body = ErrorBody {
+        route,
+        ..ErrorBody::only(error)
+    };
+    (status, Vec::new(), body)
 }
 
 impl Rejection<'_> {
@@ -249,6 +280,8 @@ impl Rejection<'_> {
     pub fn grpc_reply(&self) -> Reply {
         let (code, message, mut headers) = match self {
             Rejection::BadRequest => (13, "bad request".to_string(), Vec::new()),
+            Rejection::UnreadableBody { reason, .. } => (3, reason.to_string(), Vec::new()),
+            Rejection::LengthRequired { .. } => (3, "length required".to_string(), Vec::new()),
             Rejection::NotFound => (12, "no route".to_string(), Vec::new()),
             Rejection::Unauthorized { .. } => (16, "unauthorized".to_string(), Vec::new()),
             Rejection::AuthRefused { status: 403, .. } => {

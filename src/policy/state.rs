@@ -9,7 +9,7 @@
 use crate::config::{Config, LimitConfig, RouteAction};
 use crate::limiter::{Decider, LimiterError};
 use crate::observe::metrics::{Deciders, LimitShape};
-use crate::observe::metrics::{LimitCounters, Metrics};
+use crate::observe::metrics::{LimitCounters, Metrics, ReserveCounters};
 use crate::observe::top_keys::DeniedKeys;
 use crate::observe::trace::Tracer;
 use crate::policy::consumer_plans::ConsumerPlans;
@@ -105,6 +105,9 @@ pub struct CompiledRoute {
     pub keeps_user: bool,
     /// Its request body cap; 0: none.
     pub max_body_bytes: u64,
+    /// Whether a limit reads the request body before the decision
+    /// (`reserve: {request_json}`).
+    pub reads_body: bool,
     /// Its path template, whose parameters key parts may name.
     pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
@@ -122,6 +125,8 @@ pub struct CompiledLimit {
     pub counters: LimitCounters,
     /// The keys it denied most lately (`/v1/top`).
     pub denied: DeniedKeys,
+    /// Its `sluice_ratelimit_reserve_units_total` series, when it reserves.
+    pub units: Option<ReserveCounters>,
 }
 
 /// Why a validated configuration could not be put into service.
@@ -256,6 +261,10 @@ fn compile_route(
             .iter()
             .map(|limit| CompiledLimit {
                 denied: DeniedKeys::default(),
+                units: limit
+                    .reserve
+                    .as_ref()
+                    .map(|_| metrics.reserve_counters(&route.name, &limit.name)),
                 config: limit.clone(),
                 counters: metrics.limit_counters(
                     &route.name,
@@ -281,6 +290,10 @@ fn compile_route(
         forward: route.forward.clone(),
         keeps_user: route.forward.uses_user() || hashes_user(config, route),
         max_body_bytes: route.max_body_bytes,
+        reads_body: route
+            .limits
+            .iter()
+            .any(|l| l.reserve.as_ref().is_some_and(|r| r.reads_body())),
         template: match &route.path {
             crate::config::PathMatch::Template(t) => Some(t.clone()),
             _ => None,

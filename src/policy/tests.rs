@@ -50,6 +50,7 @@ fn judge_now<'a>(
         peer: PEER,
         path: head.uri.path(),
         client_cert: None,
+        body: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -321,6 +322,12 @@ fn rejection_bodies_are_the_json_serde_would_write() {
             limit: Some(""),
             retry_after_seconds: Some(u64::MAX),
             ..ErrorBody::only("too_many_requests")
+        },
+        ErrorBody {
+            route: Some("llm"),
+            limit: Some("tokens"),
+            reason: Some("the request body is not JSON"),
+            ..ErrorBody::only("bad_body")
         },
         ErrorBody {
             route: None,

@@ -10,22 +10,12 @@
 //! passed on, and never holds a byte back. Its memory is bounded by `max`: a
 //! JSON body over it, or one event over it, is passed on and not parsed.
 
+use crate::config::usage::{units, JsonPointers};
 use serde_json::Value;
 
-/// The pointers whose values make a response's cost; a pointer the answer
-/// lacks (or holds `null` at) adds nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsagePointers(Vec<String>);
-
-impl UsagePointers {
-    /// The pointers, each `""` (the whole document) or starting with `/`;
-    /// `None` when one is not a JSON pointer.
-    pub fn new(pointers: Vec<String>) -> Option<Self> {
-        let valid =
-            !pointers.is_empty() && pointers.iter().all(|p| p.is_empty() || p.starts_with('/'));
-        valid.then_some(UsagePointers(pointers))
-    }
-}
+/// The most of a response the reader holds at once: a JSON body, or one
+/// event of a stream, larger than this is passed on unread.
+pub const USAGE_READ_MAX: usize = 256 * 1024;
 
 /// How a body is read, by its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +31,7 @@ enum Format {
 /// The usage of one response, read as its body passes.
 #[derive(Debug)]
 pub struct UsageReader {
-    pointers: UsagePointers,
+    pointers: JsonPointers,
     format: Format,
     max: usize,
     /// The JSON body so far, or the current event's lines.
@@ -57,9 +47,10 @@ pub struct UsageReader {
 
 impl UsageReader {
     /// A reader of a response whose `Content-Type` is `content_type`, for
-    /// `pointers`, holding at most `max` bytes of it at once.
-    pub fn new(pointers: UsagePointers, content_type: &str, max: usize) -> Self {
-        let count = pointers.0.len();
+    /// `pointers` (a pointer the answer lacks, or holds `null` at, adds
+    /// nothing), holding at most `max` bytes of it at once.
+    pub fn new(pointers: JsonPointers, content_type: &str, max: usize) -> Self {
+        let count = pointers.as_slice().len();
         UsageReader {
             pointers,
             format: format_of(content_type),
@@ -168,22 +159,12 @@ impl UsageReader {
 
     /// Keeps the value at each pointer `document` has a number at.
     fn take_values(&mut self, document: &Value) {
-        for (pointer, value) in self.pointers.0.iter().zip(&mut self.values) {
+        for (pointer, value) in self.pointers.as_slice().iter().zip(&mut self.values) {
             if let Some(found) = document.pointer(pointer).and_then(units) {
                 *value = Some(found);
             }
         }
     }
-}
-
-/// A count of units: a non-negative whole number (`12`, `12.0`); anything
-/// else (`null`, a string, a fraction, a negative number) is no value.
-fn units(value: &Value) -> Option<u64> {
-    if let Some(n) = value.as_u64() {
-        return Some(n);
-    }
-    let f = value.as_f64()?;
-    (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64)
 }
 
 /// The format a `Content-Type` names (its media type, any case, parameters

@@ -1,7 +1,7 @@
 use super::*;
 
-fn pointers(list: &[&str]) -> UsagePointers {
-    UsagePointers::new(list.iter().map(|p| p.to_string()).collect()).unwrap()
+fn pointers(list: &[&str]) -> JsonPointers {
+    JsonPointers::new(list.iter().map(|p| p.to_string()).collect()).unwrap()
 }
 
 /// Feeds `body` in chunks of `size` bytes and finishes.
@@ -167,10 +167,10 @@ fn multi_line_data_is_one_document_and_a_missing_blank_line_still_ends_it() {
 
 #[test]
 fn pointers_are_json_pointers() {
-    assert!(UsagePointers::new(vec!["/usage/total_tokens".into()]).is_some());
-    assert!(UsagePointers::new(vec!["".into()]).is_some());
-    assert!(UsagePointers::new(vec!["usage.total_tokens".into()]).is_none());
-    assert!(UsagePointers::new(vec![]).is_none());
+    assert!(JsonPointers::new(vec!["/usage/total_tokens".into()]).is_ok());
+    assert!(JsonPointers::new(vec!["".into()]).is_ok());
+    assert!(JsonPointers::new(vec!["usage.total_tokens".into()]).is_err());
+    assert!(JsonPointers::new(vec![]).is_err());
     // A huge sum saturates instead of wrapping.
     let doc = r#"{"a":18446744073709551615,"b":5}"#;
     assert_eq!(

@@ -13,6 +13,7 @@ mod identity;
 mod limiter;
 mod route;
 mod upstream;
+mod usage;
 
 use super::{EscapedSlashes, HeaderStyle};
 pub use identity::{
@@ -21,15 +22,16 @@ pub use identity::{
 };
 pub use limiter::{LimiterFile, LocalFile, RedisFile, RedisTlsFile, SentinelFile};
 pub use route::{
-    AlgorithmFile, CorsFile, CostFromFile, CountWhenFile, HeaderEditsFile, KeyPartFile, LimitFile,
-    LimitFromFile, MatchFile, OnLimitFile, OverrideFile, PeriodFile, RespondFile, RetriesFile,
-    RewriteFile, RouteFile, RouteTimeoutsFile,
+    AlgorithmFile, CorsFile, CountWhenFile, HeaderEditsFile, KeyPartFile, LimitFile, LimitFromFile,
+    MatchFile, OnLimitFile, OverrideFile, PeriodFile, RespondFile, RetriesFile, RewriteFile,
+    RouteFile, RouteTimeoutsFile,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
 pub use upstream::{
     BalanceFile, HealthCheckFile, UpstreamFile, UpstreamServerFile, UpstreamTlsFile,
 };
+pub use usage::{CostFromFile, PointersFile, ReserveFile, ReserveReadFile};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]

@@ -6,6 +6,7 @@
 //! them (docs/configuration.md).
 #![allow(missing_docs)]
 
+use super::usage::{CostFromFile, ReserveFile};
 use super::ExemptFile;
 use crate::config::OnMissing;
 use serde::Deserialize;
@@ -138,6 +139,8 @@ pub struct LimitFile {
     pub block_for: Option<String>,
     pub count_when: Option<CountWhenFile>,
     pub cost_from: Option<CostFromFile>,
+    /// Units taken before the request is proxied, settled by `cost_from`.
+    pub reserve: Option<ReserveFile>,
     /// A calendar quota's period: day, week or month.
     pub calendar: Option<PeriodFile>,
     /// The IANA time zone of the calendar's periods (UTC if absent).
@@ -172,13 +175,6 @@ pub enum PeriodFile {
 #[serde(deny_unknown_fields)]
 pub struct CountWhenFile {
     pub status: Vec<Value>,
-}
-
-/// `limits[].cost_from`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CostFromFile {
-    pub response_header: String,
 }
 
 /// `limits[].limit_from`.

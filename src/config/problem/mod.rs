@@ -220,6 +220,13 @@ pub(crate) enum ProblemKind {
         /// The key's parts, named as `match` names them.
         key: Vec<String>,
     },
+    /// A `request_json` / `response_json` entry that is not a JSON pointer.
+    #[error("`{0}` is not a JSON pointer (RFC 6901: empty, or starting with `/`, such as /usage/total_tokens; `~` only as ~0 or ~1)")]
+    BadJsonPointer(String),
+    /// `reserve` reading the request without a number for requests that
+    /// carry none.
+    #[error("`reserve` needs a `default` (or a `max`) for requests that do not say how much they may use, or `required: true` to refuse them")]
+    ReserveNeedsDefault,
     /// A `count_when` status that is not one.
     #[error("`{0}` is not a status (100–599) or a class (`4xx`, `5xx`)")]
     BadStatusMatch(String),

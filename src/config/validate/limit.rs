@@ -8,6 +8,7 @@ use super::super::file::{
 };
 use super::super::problem::{KeyPath, ProblemKind};
 use super::super::template::PathTemplate;
+use super::super::usage::CostFrom;
 use super::super::{
     format_duration, Algorithm, KeyPart, LimitConfig, Override, PlanSource, StatusMatch,
 };
@@ -75,6 +76,7 @@ pub(super) fn limit(
     let (limit_from, plans, overrides) = plans_and_overrides(c, path, f, &key, cost, kind);
     let block_for = block_for(c, path, f, kind);
     let (count_when, cost_from) = deferred(c, path, f, kind);
+    let reserve = super::usage::reserve(c, path, f, kind);
     let (max_delay, max_waiting) = on_limit(c, path, f, kind);
     LimitConfig {
         name: f.name.clone(),
@@ -94,6 +96,7 @@ pub(super) fn limit(
         block_for,
         count_when,
         cost_from,
+        reserve,
         calendar,
         max_delay,
         max_waiting,
@@ -130,8 +133,8 @@ fn on_limit(
         Some("this algorithm: only sliding_log and token_bucket reserve a unit's time")
     } else if f.shadow {
         Some("a shadow limit (it never denies)")
-    } else if f.count_when.is_some() || f.cost_from.is_some() {
-        Some("a limit counted by its response (`count_when`, `cost_from`)")
+    } else if f.count_when.is_some() || f.cost_from.is_some() || f.reserve.is_some() {
+        Some("a limit counted by its response (`count_when`, `cost_from`, `reserve`)")
     } else if f.share.is_some() {
         Some("a shared counter")
     } else {
@@ -211,7 +214,7 @@ fn deferred(
     path: &KeyPath,
     f: &LimitFile,
     kind: AlgorithmFile,
-) -> (Option<Vec<StatusMatch>>, Option<String>) {
+) -> (Option<Vec<StatusMatch>>, Option<CostFrom>) {
     let count_when = f.count_when.as_ref().map(|when| {
         let at = path.key("count_when").key("status");
         if when.status.is_empty() {
@@ -244,14 +247,10 @@ fn deferred(
         }
         statuses
     });
-    let cost_from = f.cost_from.as_ref().map(|from| {
-        let at = path.key("cost_from").key("response_header");
-        c.header_name(&at, &from.response_header);
-        from.response_header.to_ascii_lowercase()
-    });
+    let cost_from = super::usage::cost_from(c, path, f);
     for (key, present) in [
         ("count_when", count_when.is_some()),
-        ("cost_from", cost_from.is_some()),
+        ("cost_from", f.cost_from.is_some() && f.reserve.is_none()),
     ] {
         if !present {
             continue;

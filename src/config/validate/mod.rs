@@ -16,6 +16,7 @@ mod route;
 mod server;
 mod tracing;
 mod upstream;
+mod usage;
 
 use super::checker::{Checker, Secrets};
 use super::file::FileConfig;
