@@ -34,6 +34,8 @@ fn routes(n: usize) -> Vec<RouteConfig> {
             exempt: Default::default(),
             max_body_bytes: 0,
             forward: Default::default(),
+            rate_headers: sluice::config::HeaderStyle::Legacy,
+            errors: Default::default(),
         })
         .collect()
 }

@@ -40,7 +40,7 @@ pub use duration::format_duration;
 pub use identity::{AuthRequestConfig, IdentityConfig, JwksSource, JwtConfig, JwtKey};
 pub use ipnet::IpNet;
 pub use model::{
-    ClientIpConfig, Config, FrontDoorConfig, HeaderStyle, ResponseConfig, ServerConfig,
+    ClientIpConfig, Config, ErrorStyle, FrontDoorConfig, HeaderStyle, ResponseConfig, ServerConfig,
     TracingConfig,
 };
 pub use resolve::resolve_server;

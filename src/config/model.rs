@@ -136,6 +136,26 @@ pub enum HeaderStyle {
     Both,
     /// No rate-limit headers (Retry-After is still sent on denial).
     None,
+    /// OpenAI's: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
+    /// and `retry-after-ms` on a denial.
+    #[serde(rename = "openai")]
+    Openai,
+}
+
+/// The shape of the JSON body of sluice's own answers on a route
+/// (`errors`): sluice's `{"error": "too_many_requests", …}`, or the error
+/// shape of the API the route fronts, so that its clients' SDKs read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorStyle {
+    /// `{"error": "<code>", "route": …, "limit": …, …}`.
+    #[default]
+    Sluice,
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    #[serde(rename = "openai")]
+    Openai,
+    /// `{"type": "error", "error": {"type", "message"}}`.
+    Anthropic,
 }
 
 /// `response:`.

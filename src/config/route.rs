@@ -55,6 +55,11 @@ pub struct RouteConfig {
     pub max_body_bytes: u64,
     /// What changes on the way upstream and back.
     pub forward: super::forward::ForwardConfig,
+    /// The rate-limit headers its responses carry (`rate_headers`, else
+    /// `response.headers`).
+    pub rate_headers: super::HeaderStyle,
+    /// The shape of its error bodies (`errors`).
+    pub errors: super::ErrorStyle,
 }
 
 /// Which requests a limit does not count (`exempt:` at the top level, on a

@@ -224,6 +224,7 @@ impl RequestCtx {
                 .route()
                 .and_then(|r| r.forward.cors.as_ref())
                 .map(|policy| (policy, self.cors_origin.as_ref())),
+            errors: self.route().map_or_else(Default::default, |r| r.errors),
         }
     }
 
@@ -396,7 +397,7 @@ impl RequestCtx {
     /// the rate-limit headers, the request ID and CORS, then the route's
     /// `response_headers` edits.
     pub fn dress_response(&self, response: &mut ResponseHeader) -> pingora::Result<()> {
-        for (name, value) in policy::rate_headers(&self.state, self.route(), &self.rate) {
+        for (name, value) in policy::rate_headers(self.route(), &self.rate) {
             response.insert_header(name, value)?;
         }
         let voice = self.voice();
@@ -491,6 +492,8 @@ impl RequestCtx {
                 .zip(route)
                 .map(|(i, r)| r.limits[i].config.name.as_str()),
             identity: self.identity,
+            reserved: (self.settlement.reserved > 0).then_some(self.settlement.reserved),
+            cost: self.settlement.cost,
         };
         tracer.export(&trace, &ending);
     }
@@ -539,6 +542,8 @@ impl RequestCtx {
             identity: ctx.identity,
             pod: instance.is_pod.then_some(instance.name.as_str()),
             namespace: instance.namespace.as_deref(),
+            reserved: (ctx.settlement.reserved > 0).then_some(ctx.settlement.reserved),
+            cost: ctx.settlement.cost,
         }
     }
 }

@@ -119,7 +119,7 @@ impl ProxyHttp for Gateway {
                 let RouteAction::Respond { status, body } = &route.action else {
                     return Ok(false);
                 };
-                let headers = policy::rate_headers(&state, Some(route), &ctx.rate);
+                let headers = policy::rate_headers(Some(route), &ctx.rate);
                 let reply = policy::fixed_reply(*status, body, headers);
                 respond::respond(session, reply, &ctx.voice()).await
             }

@@ -73,6 +73,8 @@ pub struct Voice<'a> {
     pub request_id: Option<(&'a HeaderName, &'a HeaderValue)>,
     /// The route's CORS policy and the request's allowed origin, if any.
     pub cors: Option<(&'a CorsPolicy, Option<&'a HeaderValue>)>,
+    /// The shape of the route's error bodies (`errors`).
+    pub errors: crate::config::ErrorStyle,
 }
 
 /// Sets up the session of a request that just arrived: the wait allowed
@@ -109,7 +111,7 @@ pub(crate) async fn reject(
     if policy::is_grpc(session.req_header()) {
         respond(session, rejection.grpc_reply(), voice).await
     } else {
-        respond(session, rejection.reply(), voice).await
+        respond(session, rejection.reply_in(voice.errors), voice).await
     }
 }
 

@@ -75,6 +75,13 @@ pub struct AccessLogLine<'a> {
     /// Its namespace (`k8s.namespace.name`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<&'static str>,
+    /// Units its limits reserved before it was proxied (`reserve`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<u64>,
+    /// The cost its response reported, which settled the reservation
+    /// (absent: none reported, the reservation stands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
 }
 
 impl AccessLogLine<'_> {
@@ -200,12 +207,18 @@ mod tests {
             identity: Some("api_key"),
             pod: Some("sluice-0"),
             namespace: None,
+            reserved: Some(100),
+            cost: Some(37),
         }
         .to_line();
         assert_eq!(line.last(), Some(&b'\n'));
         assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
         let value: serde_json::Value = serde_json::from_slice(&line).expect("valid JSON");
         assert_eq!(value["route"], "sms");
+        assert_eq!(
+            (value["reserved"].as_u64(), value["cost"].as_u64()),
+            (Some(100), Some(37))
+        );
         assert_eq!(value["status"], 429);
         assert_eq!(value["limit"], "per-user");
         assert_eq!(value["client"], "192.0.2.1");
@@ -255,6 +268,8 @@ mod tests {
             identity: None,
             pod: None,
             namespace: None,
+            reserved: None,
+            cost: None,
         };
         for _ in 0..5 {
             log.write(&line);

@@ -39,6 +39,7 @@ pub mod state;
 pub mod usage;
 
 mod checks;
+mod error_styles;
 mod leases;
 mod rejection;
 mod settle;
@@ -328,14 +329,15 @@ fn step_for<'a>(
     let limit = report
         .verdict
         .and_then(|v| v.limit)
-        .map(|i| route.limits[i].config.name.as_str());
+        .map(|i| &route.limits[i].config);
     let retry_after = report.verdict.map_or(Duration::ZERO, |v| v.retry_after);
     Step::Reject(Rejection::TooMany {
         status: state.config.response.status,
         route: &route.name,
-        limit: limit.unwrap_or(""),
+        limit: limit.map_or("", |c| c.name.as_str()),
+        counts_tokens: limit.is_some_and(|c| c.reserve.is_some() || c.cost_from.is_some()),
         retry_after: ceil_secs(retry_after).max(1),
-        headers: rate_headers(state, Some(route), &report.rate),
+        headers: rate_headers(Some(route), &report.rate),
     })
 }
 
@@ -365,7 +367,6 @@ fn wait_permits(
 
 /// The configured rate-limit headers for `entries` (see [`headers`]).
 pub(crate) fn rate_headers(
-    state: &GatewayState,
     route: Option<&CompiledRoute>,
     entries: &[RateEntry],
 ) -> Vec<(&'static str, HeaderValue)> {
@@ -375,7 +376,7 @@ pub(crate) fn rate_headers(
     let entries = entries
         .iter()
         .map(|e| (&route.limits[e.limit].config, e.applied, &e.decision));
-    rate_headers::rate_headers(state.config.response.headers, entries)
+    rate_headers::rate_headers(route.rate_headers, entries)
 }
 
 /// The client IP per `client_ip` (trusted proxies' X-Forwarded-For).

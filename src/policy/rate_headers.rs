@@ -1,9 +1,11 @@
-//! The rate-limit response headers: legacy `X-RateLimit-*` and the IETF
-//! draft `RateLimit-Policy` / `RateLimit` (docs/configuration.md,
-//! "Responses").
+//! The rate-limit response headers: legacy `X-RateLimit-*`, the IETF
+//! draft `RateLimit-Policy` / `RateLimit`, and OpenAI's
+//! (docs/configuration.md, "Responses").
 //!
 //! Legacy headers describe the most restrictive limit (least remaining);
-//! draft headers list every enforced limit, most restrictive first. Values
+//! draft headers list every enforced limit, most restrictive first;
+//! OpenAI's describe the most restrictive limit that counts requests and
+//! the most restrictive one that reserves (tokens). Values
 //! are built straight from numbers and limit names (`[a-z0-9_-]+`), so they
 //! are always valid header values and valid structured fields.
 
@@ -28,6 +30,9 @@ pub(crate) fn rate_headers<'a>(
     let Some((_, limit, most)) = entries.clone().next() else {
         return headers;
     };
+    if style == HeaderStyle::Openai {
+        return openai(entries);
+    }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         headers.push(("x-ratelimit-limit", HeaderValue::from(limit)));
         headers.push(("x-ratelimit-remaining", HeaderValue::from(most.remaining)));
@@ -46,6 +51,88 @@ pub(crate) fn rate_headers<'a>(
         }
     }
     headers
+}
+
+/// OpenAI's headers: `x-ratelimit-{limit,remaining,reset}-requests` for the
+/// first of `entries` that counts requests (no `reserve`, no `cost_from`),
+/// the same `-tokens` for the first that reserves, each reset as a Go
+/// duration; and on a denial `retry-after-ms`, the longest wait of the
+/// limits that deny.
+fn openai<'a>(
+    entries: impl Iterator<Item = (&'a LimitConfig, u64, &'a Decision)> + Clone,
+) -> Vec<(&'static str, HeaderValue)> {
+    let mut headers = Vec::with_capacity(7);
+    let counts_requests = |c: &LimitConfig| c.reserve.is_none() && c.cost_from.is_none();
+    let kinds: [(_, [&'static str; 3]); 2] = [
+        (
+            entries.clone().find(|(c, _, _)| counts_requests(c)),
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+        ),
+        (
+            entries.clone().find(|(c, _, _)| c.reserve.is_some()),
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ),
+    ];
+    for (entry, [limit_name, remaining_name, reset_name]) in kinds {
+        let Some((_, limit, d)) = entry else {
+            continue;
+        };
+        let reset = if d.allowed {
+            d.reset
+        } else {
+            d.retry_after.max(d.reset)
+        };
+        headers.push((limit_name, HeaderValue::from(limit)));
+        headers.push((remaining_name, HeaderValue::from(d.remaining)));
+        if let Ok(value) = HeaderValue::try_from(go_duration(reset)) {
+            headers.push((reset_name, value));
+        }
+    }
+    let wait = entries
+        .filter(|(_, _, d)| !d.allowed)
+        .map(|(_, _, d)| d.retry_after)
+        .max();
+    if let Some(wait) = wait {
+        let ms = wait.as_micros().div_ceil(1000) as u64;
+        headers.push(("retry-after-ms", HeaderValue::from(ms)));
+    }
+    headers
+}
+
+/// `d` as Go writes a duration, to the millisecond (rounded up): `0s`,
+/// `250ms`, `1s`, `1.5s`, `6m0s`, `1h0m0s`.
+pub(crate) fn go_duration(d: Duration) -> String {
+    let ms = d.as_micros().div_ceil(1000) as u64;
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (hours, minutes) = (ms / 3_600_000, ms / 60_000 % 60);
+    let (seconds, fraction) = (ms / 1000 % 60, ms % 1000);
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h{minutes}m"));
+    } else if minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    out.push_str(&seconds.to_string());
+    if fraction > 0 {
+        let digits = format!("{fraction:03}");
+        out.push('.');
+        out.push_str(digits.trim_end_matches('0'));
+    }
+    out.push('s');
+    out
 }
 
 /// The draft headers' values: `"name";q=..;w=..` and `"name";r=..;t=..`.
@@ -167,5 +254,61 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_micros(1)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1_000)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1_001)), 2);
+    }
+
+    #[test]
+    fn go_durations_are_written_as_go_writes_them() {
+        for (ms, want) in [
+            (0, "0s"),
+            (250, "250ms"),
+            (999, "999ms"),
+            (1_000, "1s"),
+            (1_500, "1.5s"),
+            (1_250, "1.25s"),
+            (59_001, "59.001s"),
+            (60_000, "1m0s"),
+            (360_000, "6m0s"),
+            (361_500, "6m1.5s"),
+            (3_600_000, "1h0m0s"),
+            (90_061_000, "25h1m1s"),
+        ] {
+            assert_eq!(go_duration(Duration::from_millis(ms)), want, "{ms} ms");
+        }
+        // Below a millisecond: rounded up, never written as 0s.
+        assert_eq!(go_duration(Duration::from_micros(1)), "1ms");
+    }
+
+    #[test]
+    fn openai_headers_describe_the_request_limit_and_the_reserving_one() {
+        let requests = limit("rpm", 60, 60, Algorithm::SlidingLog);
+        let mut tokens = limit("tpm", 10_000, 60, Algorithm::SlidingWindow { buckets: 60 });
+        tokens.reserve = Some(crate::config::usage::Reserve {
+            request_json: None,
+            default: 0,
+            max: u64::MAX,
+            plus: 100,
+            required: false,
+        });
+        let (r, t) = (
+            decision(true, 59, 1_000, 0),
+            decision(false, 40, 250, 360_000),
+        );
+        let entries = [(&tokens, 10_000, &t), (&requests, 60, &r)];
+        let headers = rate_headers(HeaderStyle::Openai, entries.iter().copied());
+        let got = |name| value(&headers, name);
+        assert_eq!(got("x-ratelimit-limit-requests"), Some("60"));
+        assert_eq!(got("x-ratelimit-remaining-requests"), Some("59"));
+        assert_eq!(got("x-ratelimit-reset-requests"), Some("1s"));
+        assert_eq!(got("x-ratelimit-limit-tokens"), Some("10000"));
+        assert_eq!(got("x-ratelimit-remaining-tokens"), Some("40"));
+        assert_eq!(got("x-ratelimit-reset-tokens"), Some("6m0s"));
+        assert_eq!(got("retry-after-ms"), Some("360000"));
+        assert_eq!(got("x-ratelimit-limit"), None, "no legacy headers");
+        // Admitted: no retry-after-ms; a route without a reserving limit has
+        // no -tokens headers.
+        let headers = rate_headers(HeaderStyle::Openai, [(&requests, 60, &r)].into_iter());
+        assert_eq!(value(&headers, "retry-after-ms"), None);
+        assert_eq!(value(&headers, "x-ratelimit-limit-tokens"), None);
+        assert_eq!(headers.len(), 3);
     }
 }

@@ -29,6 +29,9 @@ pub enum Rejection<'a> {
         route: &'a str,
         /// The denying limit's name (empty when none can be named).
         limit: &'a str,
+        /// The denying limit counts tokens (it reserves, or its response
+        /// says its cost) rather than requests.
+        counts_tokens: bool,
         /// Whole seconds to wait, at least 1.
         retry_after: u64,
         /// The rate-limit headers.
@@ -184,12 +187,22 @@ impl Rejection<'_> {
                 body: body.clone(),
             };
         }
+        self.reply_in(crate::config::ErrorStyle::Sluice)
+    }
+
+    /// The response that says this rejection with its body in `style`
+    /// (see `error_styles`); an auth service's refusal stays its own.
+    pub fn reply_in(&self, style: crate::config::ErrorStyle) -> Reply {
+        if let Rejection::AuthRefused { .. } = self {
+            return self.reply();
+        }
         let (status, headers, body) = self.error_parts();
+        let styled = super::error_styles::body(style, self, status, body.error);
         Reply {
             status,
             content_type: "application/json",
             headers,
-            body: body.to_json().into(),
+            body: styled.unwrap_or_else(|| body.to_json()).into(),
         }
     }
 
@@ -212,6 +225,7 @@ impl Rejection<'_> {
                 limit,
                 retry_after,
                 headers,
+                ..
             } => {
                 let mut all = Vec::with_capacity(headers.len() + 1);
                 all.push(("retry-after", HeaderValue::from(*retry_after)));

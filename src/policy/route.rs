@@ -168,6 +168,8 @@ mod tests {
             exempt: Default::default(),
             max_body_bytes: 0,
             forward: Default::default(),
+            rate_headers: crate::config::HeaderStyle::Legacy,
+            errors: Default::default(),
         }
     }
 

@@ -108,6 +108,10 @@ pub struct CompiledRoute {
     /// Whether a limit reads the request body before the decision
     /// (`reserve: {request_json}`).
     pub reads_body: bool,
+    /// The rate-limit headers its responses carry.
+    pub rate_headers: crate::config::HeaderStyle,
+    /// The shape of its error bodies.
+    pub errors: crate::config::ErrorStyle,
     /// Its path template, whose parameters key parts may name.
     pub template: Option<crate::config::template::PathTemplate>,
     /// `sluice_request_duration_seconds{route}`.
@@ -290,6 +294,8 @@ fn compile_route(
         forward: route.forward.clone(),
         keeps_user: route.forward.uses_user() || hashes_user(config, route),
         max_body_bytes: route.max_body_bytes,
+        rate_headers: route.rate_headers,
+        errors: route.errors,
         reads_body: route
             .limits
             .iter()

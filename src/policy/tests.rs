@@ -113,6 +113,7 @@ fn the_longest_denial_names_the_rejection_and_headers_come_most_restrictive_firs
         limit,
         retry_after,
         ref headers,
+        ..
     }) = third.step
     else {
         panic!("third request admitted: {:?}", third.step);
@@ -289,6 +290,7 @@ fn rejections_render_the_documented_bodies() {
         status: 429,
         route: "r\"x",
         limit: "l",
+        counts_tokens: false,
         retry_after: 3,
         headers: Vec::new(),
     };

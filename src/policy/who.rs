@@ -92,6 +92,7 @@ pub(super) async fn identify<'v, 'r>(
                 status: state.config.response.status,
                 route: &route.name,
                 limit: super::key_failures::LIMIT_NAME,
+                counts_tokens: false,
                 retry_after,
                 headers: Vec::new(),
             });

@@ -27,6 +27,10 @@ pub struct RouteFile {
     pub exempt: Option<ExemptFile>,
     /// The request body cap of this route (overrides the server's).
     pub max_body_bytes: Option<u64>,
+    /// The rate-limit headers of this route (overrides `response.headers`).
+    pub rate_headers: Option<crate::config::HeaderStyle>,
+    /// The shape of sluice's error bodies on this route.
+    pub errors: Option<crate::config::ErrorStyle>,
     pub rewrite: Option<RewriteFile>,
     /// `preserve`, `upstream`, or a literal name.
     pub upstream_host: Option<String>,

@@ -72,6 +72,7 @@ pub(super) fn validate(
         .collect::<Vec<_>>();
     let context = route::RouteContext {
         server: &server,
+        response: &response,
         upstreams: &upstreams,
     };
     let mut routes = route::routes(&mut c, &file.routes, &context);

@@ -21,6 +21,8 @@ pub(super) struct RouteContext<'a> {
     pub server: &'a ServerConfig,
     /// The validated upstreams, by name.
     pub upstreams: &'a [UpstreamConfig],
+    /// The validated `response:` (its header style a route may override).
+    pub response: &'a crate::config::ResponseConfig,
 }
 
 /// Every route, with unique names and consistent shared counters.
@@ -80,6 +82,8 @@ fn route(c: &mut Checker, r: usize, f: &RouteFile, context: &RouteContext) -> Ro
         action,
         limits,
         exempt: super::exempt::exempt(c, &path.key("exempt"), f.exempt.as_ref()),
+        rate_headers: f.rate_headers.unwrap_or(context.response.headers),
+        errors: f.errors.unwrap_or_default(),
     }
 }
 

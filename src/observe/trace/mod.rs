@@ -127,6 +127,10 @@ pub struct Ending<'a> {
     pub limit: Option<&'a str>,
     /// The identity method that decided who the request is, if any.
     pub identity: Option<&'static str>,
+    /// Units its limits reserved before it was proxied (`reserve`), if any.
+    pub reserved: Option<u64>,
+    /// The cost its response reported, that settled the reservation.
+    pub cost: Option<u64>,
 }
 
 impl Tracer {
@@ -230,6 +234,15 @@ impl Tracer {
         }
         if let Some(method) = ending.identity {
             server.push(KeyValue::new("sluice.identity.method", method));
+        }
+        let units = [
+            ("sluice.reserved", ending.reserved),
+            ("sluice.cost", ending.cost),
+        ];
+        for (name, value) in units {
+            if let Some(value) = value.and_then(|v| i64::try_from(v).ok()) {
+                server.push(KeyValue::new(name, value));
+            }
         }
         let name = format!("{} {}", ending.method, ending.route);
         let status = if ending.status >= 500 {
