@@ -1,4 +1,5 @@
-//! Reserve and settle through the library, on a real Redis and in process,
+//! Reserve and settle through the library, on a real Redis, a Redis Cluster
+//! and in process,
 //! for every algorithm that stores units: a request takes its reservation
 //! atomically with the decision, then gives back what it did not use (as
 //! taken at the decision's time) or is charged its overdraft on top; the
@@ -168,6 +169,29 @@ fn a_reservation_settles_to_its_usage_on_redis_for_every_algorithm() {
     )
     .unwrap();
     runtime.block_on(every_algorithm(&limiter, "redis"));
+}
+
+#[test]
+fn a_reservation_settles_to_its_usage_on_a_cluster_for_every_algorithm() {
+    let cluster = common::RedisCluster::start(3);
+    let nodes: Vec<String> = cluster
+        .ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let metrics = Metrics::new().unwrap();
+    let limiter = sluice::limiter::redis::cluster::ClusterLimiter::new(
+        &nodes,
+        &Default::default(),
+        (Duration::from_secs(2), Duration::from_secs(5)),
+        Arc::new(metrics.redis.clone()),
+    )
+    .unwrap();
+    let runtime = runtime();
+    runtime.block_on(async {
+        limiter.connect().await.unwrap();
+        every_algorithm(&limiter, "cluster").await;
+    });
 }
 
 #[test]
