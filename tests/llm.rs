@@ -598,3 +598,64 @@ fn the_sdks_raise_their_rate_limit_error_and_a_retry_after_its_wait_succeeds() {
         );
     }
 }
+
+/// conf/examples/llm.yaml as shipped (only its addresses from the
+/// environment): the consumer's plan sets its budgets, the OpenAI client
+/// reads them, and a key the consumers file does not hold is refused in
+/// OpenAI's shape.
+#[test]
+fn the_shipped_example_budgets_each_consumer_by_its_plan() {
+    let redis = RedisServer::start();
+    let upstream = FakeLlm::start();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let config = std::fs::read_to_string(format!("{root}/conf/examples/llm.yaml")).unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let env = [
+        ("SLUICE_LISTEN", addr.to_string()),
+        ("SLUICE_ADMIN", admin.to_string()),
+        ("SLUICE_REDIS_URL", redis.url()),
+        ("SLUICE_UPSTREAM", format!("127.0.0.1:{}", upstream.port)),
+        (
+            "SLUICE_CONSUMERS",
+            format!("{root}/conf/examples/consumers.yaml"),
+        ),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let sluice = Sluice::start_with(&config, addr, admin, &env);
+    let url = format!("http://{addr}");
+    for (key, requests, tokens) in [
+        ("demo-globex-key", "20", "10000"),
+        ("demo-acme-key", "500", "400000"),
+    ] {
+        let spec = json!({"api": "openai", "url": url, "key": key, "max_tokens": 500,
+            "usage": 120, "stream": true});
+        let answer = clients("call", spec);
+        assert_eq!(answer["status"], 200, "{answer}");
+        let headers = &answer["headers"];
+        assert_eq!(
+            headers["x-ratelimit-limit-requests"], requests,
+            "{key}: {headers}"
+        );
+        assert_eq!(headers["x-ratelimit-limit-tokens"], tokens, "{key}");
+        let left: u64 = headers["x-ratelimit-remaining-tokens"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            left,
+            tokens.parse::<u64>().unwrap() - 500,
+            "{key}: the reservation in flight"
+        );
+    }
+    let anthropic = json!({"api": "anthropic", "url": url, "key": "demo-acme-key",
+        "max_tokens": 300, "usage": 50, "stream": true});
+    assert_eq!(clients("call", anthropic)["status"], 200);
+    let wrong = json!({"api": "openai", "url": url, "key": "sk-not-a-key", "max_tokens": 5});
+    let answer = clients("call", wrong);
+    assert_eq!(answer["status"], 401);
+    assert_eq!(answer["error"]["class"], "AuthenticationError", "{answer}");
+    assert_eq!(answer["error"]["body"]["type"], "invalid_request_error");
+    drop(sluice);
+}

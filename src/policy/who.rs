@@ -123,7 +123,7 @@ pub(super) async fn identify<'v, 'r>(
 /// The API key a request sends, where `keys` reads it.
 pub(super) fn sent_key<'v>(keys: &ApiKeys, head: &'v RequestHeader) -> PartValue<'v> {
     match &keys.source {
-        KeySource::Header(name) => header_values(head, name).into(),
+        KeySource::Header(name) => header_values(head, name).api_key(name).into(),
         KeySource::Query(name) => query_value(head.uri.query().unwrap_or("").as_bytes(), name),
     }
 }

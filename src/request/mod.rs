@@ -114,10 +114,28 @@ pub enum HeaderValues<'a> {
     Several,
 }
 
-impl HeaderValues<'_> {
+impl<'a> HeaderValues<'a> {
     /// Whether the header was not sent at all.
     pub fn is_absent(&self) -> bool {
         matches!(self, HeaderValues::Absent)
+    }
+
+    /// The API key these values of header `name` carry: an `Authorization`
+    /// header's key is what follows its `Bearer` scheme (as OpenAI- and
+    /// Anthropic-style clients send it); any other header's, its value.
+    pub fn api_key(self, name: &str) -> HeaderValues<'a> {
+        match self {
+            HeaderValues::One(value) if name == "authorization" => {
+                let scheme = value
+                    .get(..7)
+                    .filter(|s| s.eq_ignore_ascii_case(b"bearer "));
+                match scheme {
+                    Some(_) => HeaderValues::One(value[7..].trim_ascii()),
+                    None => HeaderValues::One(value),
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -280,6 +298,30 @@ mod tests {
             req.append_header(name.to_string(), *value).expect("header");
         }
         req
+    }
+
+    #[test]
+    fn an_api_key_in_authorization_is_the_bearer_token() {
+        let one = |value: &'static str| HeaderValues::One(value.as_bytes());
+        for (name, sent, key) in [
+            ("authorization", "Bearer sk-1", "sk-1"),
+            ("authorization", "bearer  sk-2 ", "sk-2"),
+            ("authorization", "Basic abc", "Basic abc"),
+            ("authorization", "sk-3", "sk-3"),
+            ("x-api-key", "Bearer sk-4", "Bearer sk-4"),
+        ] {
+            assert_eq!(one(sent).api_key(name), one(key), "{name}: {sent}");
+        }
+        assert_eq!(
+            HeaderValues::Several.api_key("authorization"),
+            HeaderValues::Several
+        );
+        assert_eq!(
+            HeaderValues::Absent.api_key("authorization"),
+            HeaderValues::Absent
+        );
+        // `Bearer ` alone carries no key (an empty one is missing).
+        assert_eq!(one("Bearer ").api_key("authorization"), one(""));
     }
 
     #[test]

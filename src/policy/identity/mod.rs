@@ -449,7 +449,9 @@ impl Identity {
             // The policy step hands an API key to [`ApiKeys`] itself (it may
             // sit in the query, and the store may be remote).
             Identity::ApiKey(keys) => match &keys.source {
-                KeySource::Header(name) => return keys.establish_local(header(name).into()),
+                KeySource::Header(name) => {
+                    return keys.establish_local(header(name).api_key(name).into())
+                }
                 KeySource::Query(_) => User::Absent,
             },
         };
