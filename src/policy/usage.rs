@@ -43,6 +43,30 @@ pub struct UsageReader {
     skipping: bool,
     /// The last value seen at each pointer.
     values: Vec<Option<u64>>,
+    /// The keys the pointers end in, quoted: an event none of them appears
+    /// in carries no usage and is not parsed (`None`: every event is, as a
+    /// pointer ends in an array index or names the whole document).
+    needles: Option<Vec<Vec<u8>>>,
+}
+
+/// The quoted key each pointer ends in (`/usage/total_tokens` →
+/// `"total_tokens"`), as it must appear, byte for byte, in a document
+/// holding a value there (a key written with escapes is not looked for);
+/// `None` when a pointer ends in an array index or is the whole document.
+fn needles(pointers: &JsonPointers) -> Option<Vec<Vec<u8>>> {
+    pointers
+        .as_slice()
+        .iter()
+        .map(|p| {
+            let last = p.rsplit('/').next().filter(|_| !p.is_empty())?;
+            if last.is_empty() || last.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let key = last.replace("~1", "/").replace("~0", "~");
+            let quoted = serde_json::to_vec(&key).ok()?;
+            Some(quoted)
+        })
+        .collect()
 }
 
 impl UsageReader {
@@ -52,6 +76,7 @@ impl UsageReader {
     pub fn new(pointers: JsonPointers, content_type: &str, max: usize) -> Self {
         let count = pointers.as_slice().len();
         UsageReader {
+            needles: needles(&pointers),
             pointers,
             format: format_of(content_type),
             max,
@@ -135,7 +160,7 @@ impl UsageReader {
         let line = std::mem::take(&mut self.pending);
         let line = line.strip_suffix(b"\r").unwrap_or(&line);
         if line.is_empty() {
-            if !self.skipping && !self.data.is_empty() {
+            if !self.skipping && !self.data.is_empty() && self.may_carry_usage() {
                 let data = std::mem::take(&mut self.data);
                 if let Ok(document) = serde_json::from_slice::<Value>(&data) {
                     self.take_values(&document);
@@ -155,6 +180,18 @@ impl UsageReader {
             }
             self.data.extend_from_slice(value);
         }
+    }
+
+    /// Whether the current event may hold a value at a pointer: one of the
+    /// keys they end in appears in it (most events of a stream are text,
+    /// and are not parsed).
+    fn may_carry_usage(&self) -> bool {
+        let Some(needles) = &self.needles else {
+            return true;
+        };
+        needles
+            .iter()
+            .any(|needle| memchr::memmem::find(&self.data, needle).is_some())
     }
 
     /// Keeps the value at each pointer `document` has a number at.

@@ -178,3 +178,47 @@ fn pointers_are_json_pointers() {
         Some(u64::MAX)
     );
 }
+
+/// Events are parsed only when a key a pointer ends in appears in them;
+/// keys that need escaping, array indices and the whole document are still
+/// found.
+#[test]
+fn only_events_that_may_carry_usage_are_parsed_and_none_is_missed() {
+    let stream = |data: &str| format!("data: {data}\n\n");
+    // A text event that mentions the key inside its content is parsed and
+    // yields nothing; the usage event is found.
+    let body = stream(r#"{"content":"say \"total_tokens\" twice","usage":null}"#)
+        + &stream(r#"{"usage":{"total_tokens":7}}"#);
+    assert_eq!(
+        read(&["/usage/total_tokens"], "text/event-stream", &body, 5),
+        Some(7)
+    );
+    for (pointer, data, want) in [
+        ("/a~1b", r#"{"a/b":5}"#, 5),
+        ("/a~0b", r#"{"a~b":6}"#, 6),
+        ("/q\"k", r#"{"q\"k":8}"#, 8),
+        ("/counts/1", r#"{"counts":[1,9]}"#, 9),
+        ("", "11", 11),
+    ] {
+        let body = stream(r#"{"other":1}"#) + &stream(data);
+        assert_eq!(
+            read(&[pointer], "text/event-stream", &body, 3),
+            Some(want),
+            "{pointer}"
+        );
+    }
+    assert_eq!(
+        needles(&pointers(&[
+            "/usage/total_tokens",
+            "/message/usage/input_tokens"
+        ])),
+        Some(vec![
+            b"\"total_tokens\"".to_vec(),
+            b"\"input_tokens\"".to_vec()
+        ])
+    );
+    assert_eq!(
+        needles(&pointers(&["/usage/total_tokens", "/list/0"])),
+        None
+    );
+}
