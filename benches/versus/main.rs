@@ -13,6 +13,7 @@
 //!   cargo bench --bench versus -- --parts tracing   # tracing's cost, in instructions
 //!   cargo bench --bench versus -- --parts overhead  # sluice's own cost, in instructions
 //!   cargo bench --bench versus -- --parts console   # what an open console costs
+//!   cargo bench --bench versus -- --parts llm       # reserve + settle on streamed answers
 //!
 //! It starts one Redis, one fast upstream (this binary again, in `--upstream`
 //! mode: Pingora answering `200 ok`, one thread), and:
@@ -75,6 +76,7 @@ mod cases;
 mod console;
 mod edge;
 mod instructions;
+mod llm;
 mod load;
 mod options;
 mod overhead;
@@ -188,6 +190,13 @@ fn run(options: &Options) {
         let section = overhead::run(options);
         if options.update_readme {
             embed(&Options::benchmark_document(), "overhead", &section);
+        }
+        report.push_str(&section);
+    }
+    if options.runs("llm") {
+        let section = llm::run(options);
+        if options.update_readme {
+            embed(&Options::benchmark_document(), "llm", &section);
         }
         report.push_str(&section);
     }

@@ -62,13 +62,13 @@ pub struct Options {
 pub const SCENARIOS: [&str; 3] = ["allowed", "flood", "mix"];
 
 /// The parts of the benchmark `--parts` chooses from.
-pub const PARTS: [&str; 7] = [
-    "limits", "edge", "rls", "redis", "tracing", "overhead", "console",
+pub const PARTS: [&str; 8] = [
+    "limits", "edge", "rls", "redis", "tracing", "overhead", "console", "llm",
 ];
 
 /// The parts run when `--parts` is not given (all but `tracing` and
 /// `overhead`, which need valgrind and run the gateway fifty times slower,
-/// and `console`, a question asked once).
+/// and `console` and `llm`, questions asked once).
 const DEFAULT_PARTS: [&str; 4] = ["limits", "edge", "rls", "redis"];
 
 impl Options {

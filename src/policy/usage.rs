@@ -132,12 +132,43 @@ impl UsageReader {
 
     /// Splits `chunk` into lines; each complete line is taken.
     fn feed_events(&mut self, mut chunk: &[u8]) {
-        while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
-            self.append(&chunk[..end]);
-            self.line_ended();
+        while let Some(end) = memchr::memchr(b'\n', chunk) {
+            let line = &chunk[..end];
             chunk = &chunk[end + 1..];
+            if !self.pending.is_empty() || self.skipping {
+                self.append(line);
+                self.line_ended();
+                continue;
+            }
+            // A whole line in this chunk: taken where it is, exactly as
+            // `append` then `line_ended` would take it.
+            if self.data.len() + line.len() > self.max {
+                // An oversized line ends its event, unread.
+                self.data.clear();
+                continue;
+            }
+            if self.data.is_empty() {
+                // The usual event, `data: …` and a blank line in one
+                // chunk: read without a copy.
+                if let (Some(value), Some(blank)) = (data_value(line), blank_line(chunk)) {
+                    self.event(value);
+                    chunk = &chunk[blank..];
+                    continue;
+                }
+            }
+            self.line(line);
         }
         self.append(chunk);
+    }
+
+    /// An event's whole `data`: its values read if it may carry usage.
+    fn event(&mut self, data: &[u8]) {
+        if data.is_empty() || !self.may_carry_usage(data) {
+            return;
+        }
+        if let Ok(document) = serde_json::from_slice::<Value>(data) {
+            self.take_values(&document);
+        }
     }
 
     /// Adds `bytes` to the current line, unless the event is over `max`.
@@ -158,13 +189,20 @@ impl UsageReader {
     /// (an event over `max` ends there too, unread).
     fn line_ended(&mut self) {
         let line = std::mem::take(&mut self.pending);
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        self.line(&line);
+        // Its buffer is kept for the next line that spans chunks.
+        self.pending = line;
+        self.pending.clear();
+    }
+
+    /// A whole line of the stream (its newline removed).
+    fn line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
-            if !self.skipping && !self.data.is_empty() && self.may_carry_usage() {
+            if !self.skipping {
                 let data = std::mem::take(&mut self.data);
-                if let Ok(document) = serde_json::from_slice::<Value>(&data) {
-                    self.take_values(&document);
-                }
+                self.event(&data);
+                self.data = data;
             }
             self.data.clear();
             self.skipping = false;
@@ -182,16 +220,16 @@ impl UsageReader {
         }
     }
 
-    /// Whether the current event may hold a value at a pointer: one of the
+    /// Whether an event's `data` may hold a value at a pointer: one of the
     /// keys they end in appears in it (most events of a stream are text,
     /// and are not parsed).
-    fn may_carry_usage(&self) -> bool {
+    fn may_carry_usage(&self, data: &[u8]) -> bool {
         let Some(needles) = &self.needles else {
             return true;
         };
         needles
             .iter()
-            .any(|needle| memchr::memmem::find(&self.data, needle).is_some())
+            .any(|needle| memchr::memmem::find(data, needle).is_some())
     }
 
     /// Keeps the value at each pointer `document` has a number at.
@@ -201,6 +239,26 @@ impl UsageReader {
                 *value = Some(found);
             }
         }
+    }
+}
+
+/// The value of a `data` line (`data: VALUE`, its `\r` and one space
+/// after the colon removed); `None` for any other line.
+fn data_value(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let value = line.strip_prefix(b"data:")?;
+    Some(value.strip_prefix(b" ").unwrap_or(value))
+}
+
+/// The length of the blank line `rest` starts with (`\n` or `\r\n`), if
+/// it starts with one.
+fn blank_line(rest: &[u8]) -> Option<usize> {
+    if rest.starts_with(b"\n") {
+        Some(1)
+    } else if rest.starts_with(b"\r\n") {
+        Some(2)
+    } else {
+        None
     }
 }
 

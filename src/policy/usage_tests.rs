@@ -222,3 +222,52 @@ fn only_events_that_may_carry_usage_are_parsed_and_none_is_missed() {
         None
     );
 }
+
+/// The fuzz target's property (fuzz/fuzz_targets/usage_stream.rs) over a
+/// deterministic corpus of streams built to sit on the reader's edges: one-
+/// and multi-line events, `\r\n`, `event:` lines, lines and events around
+/// the size cap, usage in and out of oversized events — the same usage
+/// however the stream is cut into chunks.
+#[test]
+fn the_usage_does_not_depend_on_how_the_stream_is_cut() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n.max(1)
+    };
+    let list = [
+        "/usage/total_tokens",
+        "/usage/input_tokens",
+        "/message/usage/input_tokens",
+    ];
+    for case in 0..400 {
+        let mut body = String::new();
+        for _ in 0..(1 + next(6)) {
+            let pad = "x".repeat(match next(4) {
+                0 => 0,
+                1 => next(40) as usize,
+                2 => 4096 - 60 + next(120) as usize,
+                _ => 5000,
+            });
+            let value = next(1000);
+            let newline = if next(3) == 0 { "\r\n" } else { "\n" };
+            match next(5) {
+                0 => body += &format!("data: {{\"t\":\"{pad}\",\"usage\":{{\"total_tokens\":{value}}}}}{newline}{newline}"),
+                1 => body += &format!("event: message_start{newline}data: {{\"message\":{{\"usage\":{{\"input_tokens\":{value}}}}},\"p\":\"{pad}\"}}{newline}{newline}"),
+                2 => body += &format!("data: {{\"usage\":{newline}data: {{\"input_tokens\":{value}}},\"p\":\"{pad}\"}}{newline}{newline}"),
+                3 => body += &format!(": comment {pad}{newline}data: {{\"usage\":null}}{newline}{newline}"),
+                _ => body += &format!("data: {{\"text\":\"{pad}\"}}{newline}{newline}"),
+            }
+        }
+        let whole = read(&list, "text/event-stream", &body, body.len());
+        for size in [1, 2, 3, 7, 64, 1000, 4095, 4096, 4097] {
+            assert_eq!(
+                read(&list, "text/event-stream", &body, size),
+                whole,
+                "case {case}, chunks of {size}"
+            );
+        }
+    }
+}
