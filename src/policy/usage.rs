@@ -46,7 +46,7 @@ pub struct UsageReader {
     /// The keys the pointers end in, quoted: an event none of them appears
     /// in carries no usage and is not parsed (`None`: every event is, as a
     /// pointer ends in an array index or names the whole document).
-    needles: Option<Vec<Vec<u8>>>,
+    needles: Option<Vec<memchr::memmem::Finder<'static>>>,
 }
 
 /// The quoted key each pointer ends in (`/usage/total_tokens` →
@@ -76,7 +76,11 @@ impl UsageReader {
     pub fn new(pointers: JsonPointers, content_type: &str, max: usize) -> Self {
         let count = pointers.as_slice().len();
         UsageReader {
-            needles: needles(&pointers),
+            needles: needles(&pointers).map(|list| {
+                list.iter()
+                    .map(|n| memchr::memmem::Finder::new(n).into_owned())
+                    .collect()
+            }),
             pointers,
             format: format_of(content_type),
             max,
@@ -227,9 +231,7 @@ impl UsageReader {
         let Some(needles) = &self.needles else {
             return true;
         };
-        needles
-            .iter()
-            .any(|needle| memchr::memmem::find(data, needle).is_some())
+        needles.iter().any(|needle| needle.find(data).is_some())
     }
 
     /// Keeps the value at each pointer `document` has a number at.
