@@ -659,3 +659,48 @@ fn the_shipped_example_budgets_each_consumer_by_its_plan() {
     assert_eq!(answer["error"]["body"]["type"], "invalid_request_error");
     drop(sluice);
 }
+
+/// An answer that costs more than its reservation is charged the rest on
+/// top (the overdraft), and the units are counted per limit by kind.
+#[test]
+fn an_answer_over_its_reservation_is_charged_its_overdraft_and_counted() {
+    let fleet = Fleet::start();
+    let answer = one(
+        &fleet,
+        "openai",
+        "over",
+        json!({"max_tokens": 100, "usage": 150, "stream": true}),
+    );
+    assert_eq!(answer["status"], 200);
+    let line = nth_line(&fleet.a, "openai", 1);
+    assert_eq!(
+        (line["reserved"].as_u64(), line["cost"].as_u64()),
+        (Some(100), Some(150)),
+        "{line}"
+    );
+    assert_eq!(
+        fleet.used("openai", "over"),
+        150,
+        "the overdraft is charged"
+    );
+    let answer = one(
+        &fleet,
+        "openai",
+        "under",
+        json!({"max_tokens": 100, "usage": 30}),
+    );
+    assert_eq!(answer["status"], 200);
+    nth_line(&fleet.a, "openai", 2);
+    let metrics = fleet.a.metrics();
+    let units = |kind: &str| {
+        metric_value(
+            &metrics,
+            &format!("sluice_ratelimit_reserve_units_total{{kind=\"{kind}\",limit=\"tokens\",route=\"openai\"}} "),
+        )
+    };
+    assert_eq!(units("reserved"), 200);
+    assert_eq!(units("overdraft"), 50);
+    assert_eq!(units("given_back"), 70);
+    // Limits that do not reserve have no such series.
+    assert!(!metrics.contains("sluice_ratelimit_reserve_units_total{kind=\"reserved\",limit=\"tokens\",route=\"deferred\"}"));
+}

@@ -135,6 +135,11 @@ routes:
   - name: broken
     match: {{ path_prefix: /broken }}
     upstream: gone
+  - name: llm
+    match: {{ path_prefix: /llm }}
+    upstream: api
+    limits:
+      - {{ name: tokens, key: [{{header: X-Key}}], limit: 1000, window: 1m, reserve: 40, cost_from: {{ response_header: x-usage-tokens }} }}
   - name: api
     upstream: api
     limits:
@@ -500,4 +505,23 @@ fn the_pod_and_namespace_reach_the_traces_the_access_log_and_the_status() {
     assert_eq!(status["instance"]["name"], "sluice-5f7c9-qx2lp", "{status}");
     assert_eq!(status["instance"]["namespace"], "edge", "{status}");
     assert_eq!(status["instance"]["pod"], true, "{status}");
+}
+
+/// A request that reserved units carries its reservation and the cost that
+/// settled it on its server span.
+#[test]
+fn a_reservation_and_its_settled_cost_are_on_the_trace() {
+    let (redis, upstream, receiver) = (RedisServer::start(), Upstream::start(), Receiver::start());
+    let sluice = Sluice::start(&config(&redis, &upstream, receiver.addr, "1"));
+    const TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{TRACE}-{PARENT_SPAN}-01");
+    let answer = sluice.get(
+        "/llm?tokens=12",
+        &[("X-Key", "a"), ("traceparent", &parent)],
+    );
+    assert_eq!(answer.status, 200);
+    let spans = trace_of(&receiver, TRACE);
+    let server = kind(&spans, SpanKind::Server)[0];
+    assert_eq!(attribute(server, "sluice.reserved").as_deref(), Some("40"));
+    assert_eq!(attribute(server, "sluice.cost").as_deref(), Some("12"));
 }
