@@ -122,6 +122,21 @@ async fn run_case(
     Some(limit - report.remaining)
 }
 
+/// A limiter on `redis`.
+fn redis_limiter(redis: &RedisServer) -> RedisLimiter {
+    let metrics = Metrics::new().unwrap();
+    RedisLimiter::new(
+        &RedisConfig {
+            url: redis.url(),
+            timeout: Duration::from_secs(2),
+            key_prefix: "sluice:".into(),
+            ..Default::default()
+        },
+        Arc::new(metrics.redis.clone()),
+    )
+    .unwrap()
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -157,17 +172,7 @@ async fn every_algorithm(limiter: &dyn Limiter, backend: &str) {
 fn a_reservation_settles_to_its_usage_on_redis_for_every_algorithm() {
     let redis = RedisServer::start();
     let runtime = runtime();
-    let metrics = Metrics::new().unwrap();
-    let limiter = RedisLimiter::new(
-        &RedisConfig {
-            url: redis.url(),
-            timeout: Duration::from_secs(2),
-            key_prefix: "sluice:".into(),
-            ..Default::default()
-        },
-        Arc::new(metrics.redis.clone()),
-    )
-    .unwrap();
+    let limiter = redis_limiter(&redis);
     runtime.block_on(every_algorithm(&limiter, "redis"));
 }
 
@@ -206,17 +211,7 @@ fn a_reservation_settles_to_its_usage_in_process_for_every_algorithm() {
 fn a_refund_after_the_window_removes_no_other_requests_units() {
     let redis = RedisServer::start();
     let runtime = runtime();
-    let metrics = Metrics::new().unwrap();
-    let limiter = RedisLimiter::new(
-        &RedisConfig {
-            url: redis.url(),
-            timeout: Duration::from_secs(2),
-            key_prefix: "sluice:".into(),
-            ..Default::default()
-        },
-        Arc::new(metrics.redis.clone()),
-    )
-    .unwrap();
+    let limiter = redis_limiter(&redis);
     let local = LocalLimiter::new(1000);
     let short = |cost| LimitCheck {
         cost,

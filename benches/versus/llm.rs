@@ -21,7 +21,7 @@
 
 use crate::common::{free_port, RedisServer, Sluice};
 use crate::options::Options;
-use crate::process::{clock_ticks_per_second, cpu_model, cpu_ticks};
+use crate::process::{clock_ticks_per_second, command_line, cpu_model, cpu_ticks};
 use crate::report::{median, range};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -325,11 +325,7 @@ fn section(
     samples: &[Vec<Sample>],
     reader_ms: f64,
 ) -> String {
-    let date = std::process::Command::new("date")
-        .arg("+%Y-%m-%d")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let date = command_line("date", &["+%Y-%m-%d"]);
     let mut out = format!(
         "**Streamed LLM answers**: `cargo bench --bench versus -- --parts llm --rounds {rounds} --seconds {seconds}` on {date}: {cpu}.\n\n\
 {rounds} rounds of {seconds} s per case, interleaved; one sluice (one worker thread, Redis) in front of an upstream streaming {EVENTS} events of {EVENT_BYTES} bytes then OpenAI's usage chunk, each event its own chunk. CPU per MiB: {connections} connections in a closed loop; first event: one connection, one request at a time.\n\n\
