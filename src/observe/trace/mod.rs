@@ -133,6 +133,36 @@ pub struct Ending<'a> {
     pub cost: Option<u64>,
 }
 
+/// The attributes of a request's server span.
+fn server_attributes(ending: &Ending<'_>) -> Vec<KeyValue> {
+    let mut server = vec![
+        KeyValue::new("http.request.method", ending.method.to_string()),
+        KeyValue::new("url.path", ending.path.to_string()),
+        KeyValue::new("http.route", ending.route.to_string()),
+        KeyValue::new("http.response.status_code", i64::from(ending.status)),
+        KeyValue::new("client.address", ending.client.clone()),
+    ];
+    if let Some(decision) = ending.decision {
+        server.push(KeyValue::new("sluice.decision", decision));
+    }
+    if let Some(limit) = ending.limit {
+        server.push(KeyValue::new("sluice.limit", limit.to_string()));
+    }
+    if let Some(method) = ending.identity {
+        server.push(KeyValue::new("sluice.identity.method", method));
+    }
+    let units = [
+        ("sluice.reserved", ending.reserved),
+        ("sluice.cost", ending.cost),
+    ];
+    for (name, value) in units {
+        if let Some(value) = value.and_then(|v| i64::try_from(v).ok()) {
+            server.push(KeyValue::new(name, value));
+        }
+    }
+    server
+}
+
 impl Tracer {
     /// A tracer for `config`, exporting on a thread of its own; spans that
     /// never reach the collector are counted on `dropped`.
@@ -219,31 +249,7 @@ impl Tracer {
     fn spans(&self, trace: &RequestTrace, ending: &Ending<'_>) -> Vec<SpanData> {
         let end = Instant::now();
         let at = |instant: Instant| trace.wall + instant.saturating_duration_since(trace.started);
-        let mut server = vec![
-            KeyValue::new("http.request.method", ending.method.to_string()),
-            KeyValue::new("url.path", ending.path.to_string()),
-            KeyValue::new("http.route", ending.route.to_string()),
-            KeyValue::new("http.response.status_code", i64::from(ending.status)),
-            KeyValue::new("client.address", ending.client.clone()),
-        ];
-        if let Some(decision) = ending.decision {
-            server.push(KeyValue::new("sluice.decision", decision));
-        }
-        if let Some(limit) = ending.limit {
-            server.push(KeyValue::new("sluice.limit", limit.to_string()));
-        }
-        if let Some(method) = ending.identity {
-            server.push(KeyValue::new("sluice.identity.method", method));
-        }
-        let units = [
-            ("sluice.reserved", ending.reserved),
-            ("sluice.cost", ending.cost),
-        ];
-        for (name, value) in units {
-            if let Some(value) = value.and_then(|v| i64::try_from(v).ok()) {
-                server.push(KeyValue::new(name, value));
-            }
-        }
+        let server = server_attributes(ending);
         let name = format!("{} {}", ending.method, ending.route);
         let status = if ending.status >= 500 {
             error(ending.status)
