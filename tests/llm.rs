@@ -246,7 +246,7 @@ fn burst(fleet: &Fleet, api: &str, prefix: &str, key: &str) -> (Value, Vec<Value
         format!("{}{prefix}", Fleet::url(&fleet.b)),
     ];
     let spec = json!({"api": api, "urls": urls, "key": key, "n": 50, "max_tokens": 100,
-        "usages": usages, "events": 6, "pace_ms": 80});
+        "usages": usages, "events": 6, "pace_ms": 120});
     let answer = clients("burst", spec);
     let records = fleet.upstream.records("");
     let records: Vec<Value> = records
@@ -566,7 +566,10 @@ fn bodies_pass_byte_for_byte_and_bad_ones_get_the_apis_own_errors() {
 fn the_sdks_raise_their_rate_limit_error_and_a_retry_after_its_wait_succeeds() {
     let fleet = Fleet::start();
     for api in ["openai", "anthropic"] {
-        let spec = json!({"api": api, "url": format!("{}/quick", Fleet::url(&fleet.a)), "key": format!("retry-{api}"), "max_tokens": 100});
+        // Each request reserves the whole budget (300 per 2 s): the one
+        // after the first, while the first's 20 tokens count, is refused
+        // however slowly the machine runs them.
+        let spec = json!({"api": api, "url": format!("{}/quick", Fleet::url(&fleet.a)), "key": format!("retry-{api}"), "max_tokens": 300});
         let answer = clients("retry", spec);
         let error = &answer["error"];
         assert_eq!(error["class"], "RateLimitError", "{answer}");
