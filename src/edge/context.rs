@@ -441,17 +441,22 @@ impl RequestCtx {
         let client = self
             .client
             .unwrap_or_else(|| policy::client_ip(&self.state, head, peer));
-        let view = policy::RequestView {
+        let view = self.view(head, peer);
+        let user = self.user.as_deref();
+        policy::with_request_parts(&self.state, route, &view, client, user, |request| {
+            hash_key(parts, request)
+        })
+    }
+
+    /// What the policy reads of this context's request `head`, from `peer`.
+    pub fn view<'a>(&'a self, head: &'a RequestHeader, peer: IpAddr) -> policy::RequestView<'a> {
+        policy::RequestView {
             head,
             peer,
             path: self.path(head),
             client_cert: self.client_cert.as_deref(),
             body: self.early_body.as_deref(),
-        };
-        let user = self.user.as_deref();
-        policy::with_request_parts(&self.state, route, &view, client, user, |request| {
-            hash_key(parts, request)
-        })
+        }
     }
 
     /// The canonical path of `req`, this context's request.

@@ -18,7 +18,7 @@ use crate::edge::shutdown_delay::Draining;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Metrics;
 use crate::policy::state::SharedState;
-use crate::policy::{self, Rejection, RequestView, Step};
+use crate::policy::{self, Rejection, Step};
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
@@ -94,13 +94,7 @@ impl ProxyHttp for Gateway {
             Ok(read) => read?,
             Err(rejection) => return respond::reject(session, &rejection, &ctx.voice()).await,
         }
-        let view = RequestView {
-            head: session.req_header(),
-            peer: respond::peer_ip(session),
-            path: ctx.path(session.req_header()),
-            client_cert: ctx.client_cert.as_deref(),
-            body: ctx.early_body.as_deref(),
-        };
+        let view = ctx.view(session.req_header(), respond::peer_ip(session));
         let judgement = policy::judge(&state, route, &view).await;
         ctx.judged(judgement.report);
         match judgement.step {
