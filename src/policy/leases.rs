@@ -93,16 +93,16 @@ impl HeldLeases {
     /// The response's `Content-Type` is `content_type`: its body's usage is
     /// read as it passes for the limits whose cost it says.
     pub fn read_body(&mut self, route: &CompiledRoute, content_type: &str) {
-        let indices = self.deferred.iter().map(|k| k.index);
-        let indices: Vec<usize> = indices
-            .chain(self.reserved.iter().map(|r| r.keyed.index))
-            .collect();
-        for index in indices {
-            if let Some(CostFrom::Json(pointers)) = &route.limits[index].config.cost_from {
+        let deferred = self.deferred.iter().map(|k| k.index);
+        let indices = deferred.chain(self.reserved.iter().map(|r| r.keyed.index));
+        let readers = indices.filter_map(|index| match &route.limits[index].config.cost_from {
+            Some(CostFrom::Json(pointers)) => {
                 let reader = UsageReader::new(pointers.clone(), content_type, USAGE_READ_MAX);
-                self.readers.push((index, reader));
+                Some((index, reader))
             }
-        }
+            _ => None,
+        });
+        self.readers.extend(readers);
     }
 
     /// Whether the response body is read for usage.

@@ -244,7 +244,7 @@ impl Decider {
         }
         // The overdraft's own member: a sorted-set log keeps the
         // reservation's units under the request's member.
-        let member = format!("{}+", outcome.member);
+        let member = || format!("{}+", outcome.member);
         match outcome.source {
             Source::Redis => {
                 let Some(redis) = &self.redis else {
@@ -256,14 +256,16 @@ impl Decider {
                     }
                 }
                 if !overdraft.is_empty() {
-                    if let Err(e) = redis.record(overdraft, &member).await {
+                    if let Err(e) = redis.record(overdraft, &member()).await {
                         log::warn!("a reservation's overdraft could not be recorded in Redis: {e}");
                     }
                 }
             }
             Source::Local => {
                 self.local.refund(returned, taken_us);
-                self.local.record(overdraft, &member);
+                if !overdraft.is_empty() {
+                    self.local.record(overdraft, &member());
+                }
             }
             Source::DenyCache | Source::FailOpen | Source::FailClosed => {}
         }
