@@ -82,6 +82,15 @@ impl<C: Clone> LazyConnection<C> {
         self.current()
     }
 
+    /// Starts a connect with `start_connect` (as [`LazyConnection::get`]
+    /// would) unless there is a connection or one is being made; does not
+    /// wait for it.
+    pub(super) fn start(&self, start_connect: impl FnOnce()) {
+        if self.current().is_none() && !self.connecting.swap(true, Ordering::AcqRel) {
+            start_connect();
+        }
+    }
+
     /// Ends a connect attempt: stores `conn` (if it succeeded) and wakes the waiters.
     pub(super) fn finish(&self, conn: Option<C>) {
         if let Some(conn) = conn {

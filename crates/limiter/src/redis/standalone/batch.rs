@@ -5,7 +5,7 @@
 //! decisions' deadlines on Redis's clock, past which Redis skips it; what a
 //! late run (or skip) leaves is reconciled (see `reconcile`).
 
-use super::{KeyPassing, PendingCall, RedisLimiter, MAX_BATCH};
+use super::{KeyPassing, Lane, PendingCall, RedisLimiter, MAX_BATCH};
 use crate::redis::reconcile::{Refund, Units};
 use crate::redis::wire::{self, is_noscript, parse_batch_line, refund_units};
 use crate::sync::Locked;
@@ -52,18 +52,23 @@ impl Queued {
 }
 
 impl RedisLimiter {
-    /// Sends queued decisions, one pipeline at a time, until the queue is empty.
-    pub(super) async fn flush_loop(self, mut conn: MultiplexedConnection) {
+    /// Sends `lane`'s queued decisions, one pipeline at a time, until its
+    /// queue is empty.
+    pub(super) async fn flush_loop(
+        self,
+        lane: std::sync::Arc<Lane>,
+        mut conn: MultiplexedConnection,
+    ) {
         loop {
             let batch = {
-                let mut queue = self.queue.locked();
+                let mut queue = lane.queue.locked();
                 if queue.pending.is_empty() {
                     queue.flushing = false;
                     return;
                 }
                 std::mem::take(&mut queue.pending)
             };
-            if let Some(current) = self.current() {
+            if let Some(current) = lane.connection.current() {
                 conn = current;
             }
             self.send_batch(&mut conn, batch).await;

@@ -1,11 +1,20 @@
-//! The Redis backend: one shared multiplexed connection, the decide script
+//! The Redis backend: a multiplexed connection per thread, the decide script
 //! (every algorithm, `lua/*.lua`) by `EVALSHA` (reloaded on `NOSCRIPT`), every
 //! call bounded by the configured budget.
 //!
-//! The connection is made by [`Limiter::connect`] when the server starts
-//! (inside one of its runtimes: a connection made before Pingora starts them
-//! would die with a temporary runtime), or else on first use. One background
-//! task connects at a time. Decisions made while the first connect is still
+//! **A lane per thread.** Each thread that decides has its own connection
+//! and its own batch queue (a [`Lane`]): the connection's reader, the flush
+//! loop and the requests waiting on them all run on the runtime of the
+//! thread that decides, so a batch never crosses threads — no wake-up of
+//! another thread per batch, no `eventfd` write, no context switch. A
+//! Pingora worker with `threads: N` keeps N connections (per Redis node);
+//! more threads scale the way the proxy does.
+//!
+//! [`Limiter::connect`] proves Redis reachable and loads the decide code
+//! when the server starts (inside one of its runtimes: a connection made
+//! before Pingora starts them would die with a temporary runtime); each
+//! worker thread's lane connects on its first decision. One background
+//! task per lane connects at a time. Decisions made while the first connect is still
 //! running wait for it within the connect budget; after that, requests wait
 //! for a reconnect only within their decision budget. Failures feed the [`CircuitBreaker`]: once
 //! it opens, Redis is not called (nor connected to) until its probe, so a dead
@@ -66,6 +75,9 @@ type PendingCall = std::pin::Pin<
     >,
 >;
 
+/// How [`RedisLimiter::load_function`] says Redis did not answer in time.
+const NO_ANSWER: &str = "no answer within";
+
 /// The most decisions one script call carries: bounds how long one call
 /// holds Redis (a few hundred microseconds at most).
 pub const MAX_BATCH: usize = 64;
@@ -103,6 +115,23 @@ enum Target {
     Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
 }
 
+/// One thread's connection to this Redis and its queue of decisions to
+/// send on it. Only that thread's decisions use it, so its flush loop and
+/// the connection's reader run where the decisions are made.
+pub(super) struct Lane {
+    connection: LazyConnection<MultiplexedConnection>,
+    queue: std::sync::Mutex<Queue>,
+}
+
+impl Lane {
+    fn new() -> Self {
+        Self {
+            connection: LazyConnection::new(),
+            queue: std::sync::Mutex::new(Queue::default()),
+        }
+    }
+}
+
 /// What every clone of a [`RedisLimiter`] shares.
 pub struct Shared {
     target: Target,
@@ -115,13 +144,20 @@ pub struct Shared {
     script: redis::Script,
     /// The decide code as a Function library, and its function's name.
     library: (String, String),
-    /// How calls run the decide code: chosen on each connect.
+    /// How calls run the decide code: chosen by the first connect that
+    /// gets Redis's answer to `FUNCTION LOAD`.
     call_form: std::sync::RwLock<CallForm>,
-    connection: LazyConnection<MultiplexedConnection>,
+    /// Whether `call_form` was chosen (a lane connecting later, perhaps
+    /// during a stall, keeps it).
+    form_chosen: AtomicBool,
+    /// Each deciding thread's connection and queue.
+    lanes: thread_local::ThreadLocal<Arc<Lane>>,
+    /// Whether any lane's connect attempt has ended (succeeded or failed):
+    /// until then the backend is still starting.
+    attempted: AtomicBool,
     /// Whether the last failed connect was refused (nothing listening).
     connect_refused: AtomicBool,
     circuit: CircuitBreaker,
-    queue: std::sync::Mutex<Queue>,
     observer: Arc<dyn RedisObserver>,
     /// The fallback's verdicts on decisions that timed out (see `reconcile`).
     ledger: FallbackLedger,
@@ -208,32 +244,77 @@ impl RedisLimiter {
             place,
             library: wire::function_library(script.get_hash()),
             call_form: std::sync::RwLock::new(CallForm::Script(script.get_hash().to_string())),
+            form_chosen: AtomicBool::new(false),
             script,
-            connection: LazyConnection::new(),
+            lanes: thread_local::ThreadLocal::new(),
+            attempted: AtomicBool::new(false),
             connect_refused: AtomicBool::new(false),
             circuit: client::circuit_for(budget, connect_timeout),
-            queue: std::sync::Mutex::new(Queue::default()),
             observer,
             ledger: FallbackLedger::default(),
             clock: RedisClock::default(),
         }))
     }
 
+    /// This thread's lane (made on its first use).
+    fn lane(&self) -> Arc<Lane> {
+        self.lanes.get_or(|| Arc::new(Lane::new())).clone()
+    }
+
+    /// This thread's connection, if it has one.
     fn current(&self) -> Option<MultiplexedConnection> {
-        self.connection.current()
+        self.lanes.get()?.connection.current()
     }
 
+    /// Some established connection: this thread's, or else any lane's.
+    fn any_connection(&self) -> Option<MultiplexedConnection> {
+        self.current()
+            .or_else(|| self.lanes.iter().find_map(|lane| lane.connection.current()))
+    }
+
+    /// Forgets every lane's connection: what broke one (Redis gone, a
+    /// failover) broke them all; each lane connects again on its next call.
     fn drop_connection(&self) {
-        self.connection.clear();
+        for lane in self.lanes.iter() {
+            lane.connection.clear();
+        }
     }
 
-    /// The shared connection, connecting (once, in the background) if needed.
+    /// Another lane with a connection, and that connection: what a thread
+    /// whose own lane is still connecting sends on meanwhile, so that a
+    /// decision never waits for (or falls back because of) a connect that
+    /// another thread no longer needs.
+    fn connected_lane(&self) -> Option<(Arc<Lane>, MultiplexedConnection)> {
+        self.lanes
+            .iter()
+            .find_map(|lane| Some((lane.clone(), lane.connection.current()?)))
+    }
+
+    /// Starts connecting `lane` in the background (on this thread's
+    /// runtime), unless it is connected or connecting.
+    fn connect_soon(&self, lane: &Arc<Lane>) {
+        let (this, dialing) = (self.clone(), lane.clone());
+        lane.connection.start(move || {
+            tokio::spawn(async move { this.dial(dialing).await });
+        });
+    }
+
+    /// This thread's connection, connecting (once, in the background) if needed.
     async fn connection(&self) -> Result<MultiplexedConnection, LimiterError> {
-        let this = self.clone();
-        let conn = self
+        self.lane_connection(&self.lane()).await
+    }
+
+    /// `lane`'s connection, connecting it (once, in the background, on this
+    /// thread's runtime) if needed.
+    async fn lane_connection(
+        &self,
+        lane: &Arc<Lane>,
+    ) -> Result<MultiplexedConnection, LimiterError> {
+        let (this, dialing) = (self.clone(), lane.clone());
+        let conn = lane
             .connection
             .get(move || {
-                tokio::spawn(async move { this.dial().await });
+                tokio::spawn(async move { this.dial(dialing).await });
             })
             .await;
         conn.ok_or_else(|| {
@@ -245,8 +326,8 @@ impl RedisLimiter {
         })
     }
 
-    /// One connect attempt, ended with [`LazyConnection::finish`].
-    async fn dial(self) {
+    /// One connect attempt of `lane`, ended with [`LazyConnection::finish`].
+    async fn dial(self, lane: Arc<Lane>) {
         let connect_timeout = self.connect_timeout;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
@@ -283,16 +364,28 @@ impl RedisLimiter {
             }
         };
         self.observer.set_up(conn.is_some());
-        self.connection.finish(conn);
+        self.attempted.store(true, Ordering::Release);
+        lane.connection.finish(conn);
     }
 
     /// Loads the decide code as a Redis Function where the server has them
     /// (Redis 7 and later) and calls it with `FCALL` from then on; otherwise
     /// (an older server, `FUNCTION` disabled or denied by an ACL) calls go on
-    /// as `EVALSHA` of the script. Either form decides alike.
+    /// as `EVALSHA` of the script. Either form decides alike. Chosen once,
+    /// by the first connect Redis answers; a `FUNCTION LOAD` that gets no
+    /// answer (a stall) chooses nothing, and a later connect asks again.
     async fn choose_call_form(&self, conn: &mut MultiplexedConnection) {
+        if self.form_chosen.load(Ordering::Acquire) {
+            return;
+        }
         let form = match self.load_function(conn).await {
             Ok(()) => CallForm::Function(self.library.1.clone()),
+            Err(e) if e.starts_with(NO_ANSWER) => {
+                log::info!(
+                    "Redis did not answer FUNCTION LOAD ({e}): asking again on the next connect"
+                );
+                return;
+            }
             Err(e) => {
                 log::info!(
                     "Redis Functions not used ({e}): calling the decide script with EVALSHA"
@@ -301,6 +394,7 @@ impl RedisLimiter {
             }
         };
         *self.call_form.write_locked() = form;
+        self.form_chosen.store(true, Ordering::Release);
     }
 
     /// `FUNCTION LOAD` of the library; one already loaded is as good.
@@ -312,7 +406,7 @@ impl RedisLimiter {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if e.to_string().contains("already exists") => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.connect_timeout)),
+            Err(_) => Err(format!("{NO_ANSWER} {:?}", self.connect_timeout)),
         }
     }
 
@@ -337,16 +431,26 @@ impl RedisLimiter {
         mode: Mode,
         deadline: Instant,
     ) -> Result<Vec<i64>, LimiterError> {
-        let (conn, deadline) = match self.current() {
-            Some(conn) => (conn, deadline),
-            None => self.connected_by(deadline).await?,
+        let own = self.lane();
+        let (lane, conn, deadline) = match own.connection.current() {
+            Some(conn) => (own, conn, deadline),
+            None => match self.connected_lane() {
+                Some((lane, conn)) => {
+                    self.connect_soon(&own);
+                    (lane, conn, deadline)
+                }
+                None => {
+                    let (conn, deadline) = self.connected_by(&own, deadline).await?;
+                    (own, conn, deadline)
+                }
+            },
         };
         let keys = checks.iter().map(|c| c.key.to_string()).collect();
         let mut args = Vec::with_capacity(3 + 6 * checks.len());
         push_args(&mut args, checks, member, mode);
         let (reply, receive) = oneshot::channel();
         let start_flushing = {
-            let mut queue = self.queue.locked();
+            let mut queue = lane.queue.locked();
             queue.pending.push(Queued {
                 keys,
                 args,
@@ -359,7 +463,7 @@ impl RedisLimiter {
         };
         if start_flushing {
             let this = self.clone();
-            tokio::spawn(async move { this.flush_loop(conn).await });
+            tokio::spawn(async move { this.flush_loop(lane, conn).await });
         }
         match receive.await {
             Ok((result, batch)) => {
@@ -378,15 +482,16 @@ impl RedisLimiter {
     /// Later reconnects are waited for only until `deadline`.
     async fn connected_by(
         &self,
+        lane: &Arc<Lane>,
         deadline: Instant,
     ) -> Result<(MultiplexedConnection, Instant), LimiterError> {
-        if self.connection.attempted() {
-            return tokio::time::timeout_at(deadline.into(), self.connection())
+        if self.attempted.load(Ordering::Acquire) {
+            return tokio::time::timeout_at(deadline.into(), self.lane_connection(lane))
                 .await
                 .unwrap_or(Err(LimiterError::Timeout(self.budget)))
                 .map(|conn| (conn, deadline));
         }
-        let conn = tokio::time::timeout(self.connect_timeout, self.connection())
+        let conn = tokio::time::timeout(self.connect_timeout, self.lane_connection(lane))
             .await
             .unwrap_or(Err(LimiterError::Timeout(self.connect_timeout)))?;
         Ok((conn, deadline.max(Instant::now() + self.budget)))
@@ -447,7 +552,17 @@ impl Limiter for RedisLimiter {
     }
 
     fn link(&self) -> Link {
-        self.connection.link()
+        if self
+            .lanes
+            .iter()
+            .any(|lane| lane.connection.current().is_some())
+        {
+            Link::Connected
+        } else if self.attempted.load(Ordering::Acquire) {
+            Link::Unreachable
+        } else {
+            Link::Starting
+        }
     }
 
     async fn check(
@@ -590,7 +705,7 @@ impl Limiter for RedisLimiter {
     /// units are written now (see `reconcile`).
     fn note_fallback(&self, member: &str, admitted: bool) {
         if let Some(write) = self.ledger.record(member, admitted) {
-            match self.current() {
+            match self.any_connection() {
                 Some(conn) => self.send_write(write, &conn),
                 None => log::warn!(
                     "no Redis connection to write a request the fallback admitted during a stall"
