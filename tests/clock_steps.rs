@@ -70,7 +70,12 @@ fn stamps(conn: &mut redis::Connection, key: &str, packed: bool) -> Vec<u64> {
         .arg("WITHSCORES")
         .query(conn)
         .expect("ZRANGE");
-    pairs.into_iter().map(|(_, score)| score as u64).collect()
+    // The floor's marker (`!`, the set's last member) is not a unit.
+    pairs
+        .into_iter()
+        .filter(|(member, _)| member != "!")
+        .map(|(_, score)| score as u64)
+        .collect()
 }
 
 /// Removes one occurrence of each of `gone` from `ledger`.

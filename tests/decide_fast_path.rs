@@ -1,6 +1,6 @@
 //! The decide code's fast path (one limit, `take`, cost 1, plain mode, on
-//! `sliding_log` or `fixed_window`) answers exactly what its general path
-//! answers. Each call of the batch form carries the same decision twice on
+//! every algorithm but `calendar`, both layouts of `sliding_log`) answers
+//! exactly what its general path answers, and leaves the same state. Each call of the batch form carries the same decision twice on
 //! two keys, with the same Redis clock: once as the gateway sends it (the
 //! fast path), once with its mode spelt `0:0` (no delay: the same limit, but
 //! one the fast path leaves to the general one). Their lines must be equal,
@@ -17,18 +17,21 @@ use std::time::Duration;
 
 const LIMIT: u64 = 5;
 const WINDOW: Duration = Duration::from_secs(1);
+/// A `sliding_log` limit kept as a sorted set (above the packed log's
+/// largest), filled to within [`LIMIT`] of it before the test.
+const LARGE_LIMIT: u64 = sluice::limiter::redis::wire::PACKED_LOG_MAX + 1;
 
-/// One batch call deciding `algorithm` on `fast_key` and `general_key`;
-/// returns their two lines.
+/// One batch call deciding `algorithm` with `limit` on `fast_key` and
+/// `general_key`; returns their two lines.
 fn decide_both(
     redis: &RedisServer,
     function: &str,
-    algorithm: Algorithm,
+    (algorithm, limit): (Algorithm, u64),
     (fast_key, general_key): (&str, &str),
     sequence: u64,
 ) -> (String, String) {
     let args = |key: &str, member: &str| {
-        let check = LimitCheck::plain(key, LIMIT, WINDOW, algorithm);
+        let check = LimitCheck::plain(key, limit, WINDOW, algorithm);
         take_args(&[check], member)
     };
     let fast = args(fast_key, &format!("0123456789abcdef-{sequence:x}"));
@@ -60,23 +63,54 @@ fn redis_time_us(redis: &RedisServer) -> u64 {
     secs * 1_000_000 + micros
 }
 
+/// Fills the sorted-set logs at `keys` with `units` units stamped now
+/// (the same on both), so that [`LIMIT`] more reach [`LARGE_LIMIT`].
+fn fill_large_logs(redis: &RedisServer, keys: (&str, &str), units: u64) {
+    let now = redis_time_us(redis);
+    for key in [keys.0, keys.1] {
+        let mut fill = redis::pipe();
+        for i in 0..units {
+            fill.cmd("ZADD")
+                .arg(key)
+                .arg(now)
+                .arg(format!("fedcba9876543210-{:x}", 0x10_0000 + i))
+                .ignore();
+        }
+        fill.cmd("PEXPIRE").arg(key).arg(5_000).ignore();
+        let () = fill.query(&mut redis.connection()).expect("fill the log");
+    }
+}
+
+/// Every algorithm the fast path takes, with its limit.
+fn fast_algorithms() -> Vec<(&'static str, Algorithm, u64)> {
+    vec![
+        ("log", Algorithm::SlidingLog, LIMIT),
+        ("large_log", Algorithm::SlidingLog, LARGE_LIMIT),
+        ("fixed", Algorithm::FixedWindow, LIMIT),
+        ("window", Algorithm::SlidingWindow { buckets: 10 }, LIMIT),
+        ("bucket", Algorithm::TokenBucket { burst: LIMIT }, LIMIT),
+        ("leases", Algorithm::Concurrency { lease: WINDOW }, LIMIT),
+    ]
+}
+
 #[test]
 fn the_fast_path_answers_what_the_general_path_answers() {
     let redis = RedisServer::start();
     let function = redis.load_decide_function();
-    for (name, algorithm) in [
-        ("log", Algorithm::SlidingLog),
-        ("fixed", Algorithm::FixedWindow),
-    ] {
+    for (name, algorithm, limit) in fast_algorithms() {
         let keys = (
             format!("t:{{{name}:fast}}"),
             format!("t:{{{name}:general}}"),
         );
         let keys = (keys.0.as_str(), keys.1.as_str());
+        if limit > LIMIT {
+            fill_large_logs(&redis, keys, limit - LIMIT);
+        }
         let mut sequence = 0;
         let mut admitted = 0;
         let decide = |sequence: u64| {
-            let (fast, general) = decide_both(&redis, &function, algorithm, keys, sequence);
+            let (fast, general) =
+                decide_both(&redis, &function, (algorithm, limit), keys, sequence);
             assert_eq!(fast, general, "{name}: decision {sequence}");
             u64::from(fast.starts_with("1 "))
         };
@@ -124,7 +158,8 @@ fn keys_holding_something_else_take_the_general_path() {
             .expect("HSET");
     }
     let keys = ("t:{x:fast}", "t:{x:general}");
-    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 1);
+    let log = (Algorithm::SlidingLog, LIMIT);
+    let (fast, general) = decide_both(&redis, &function, log, keys, 1);
     assert!(
         fast.starts_with('!') && fast.contains("WRONGTYPE"),
         "{fast}"
@@ -133,8 +168,9 @@ fn keys_holding_something_else_take_the_general_path() {
     // Left by another of sluice's algorithms (a reload changed it): dropped,
     // and the decision is made afresh.
     let keys = ("t:{y:fast}", "t:{y:general}");
-    decide_both(&redis, &function, Algorithm::SlidingLog, keys, 2);
-    let (fast, general) = decide_both(&redis, &function, Algorithm::FixedWindow, keys, 3);
+    decide_both(&redis, &function, log, keys, 2);
+    let fixed = (Algorithm::FixedWindow, LIMIT);
+    let (fast, general) = decide_both(&redis, &function, fixed, keys, 3);
     assert!(fast.starts_with("1 "), "{fast}");
     assert_eq!(fast, general);
     // An earlier version's sorted-set log at KEY (a rolling upgrade) is
@@ -148,7 +184,7 @@ fn keys_holding_something_else_take_the_general_path() {
             .expect("ZADD");
     }
     let keys = ("t:{z:fast}", "t:{z:general}");
-    let (fast, general) = decide_both(&redis, &function, Algorithm::SlidingLog, keys, 4);
+    let (fast, general) = decide_both(&redis, &function, log, keys, 4);
     assert!(fast.starts_with("1 "), "{fast}");
     assert_eq!(fast, general);
     assert_eq!(redis.zcard("t:{z:fast}"), 1, "the old log is untouched");

@@ -14,6 +14,7 @@ use std::time::Duration;
 /// driver that applies them to all keys of a request, all or nothing (see
 /// `lua/decide.lua` for the contract).
 pub const DECIDE_SCRIPT: &str = concat!(
+    include_str!("lua/digits.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/sliding_log.lua"),
     include_str!("lua/sliding_window.lua"),

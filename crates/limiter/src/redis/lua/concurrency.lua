@@ -41,6 +41,25 @@ function concurrency.report(key, now, a, count)
   return math.max(a.limit - count, 0), first_expiry(key, now, a), 0
 end
 
+-- The common decision (cost 1, `take`, plain mode): the line peek + take
+-- would make. The first lease's end is read only when another is held
+-- (alone, the new lease is the first); nil for a denial (the general path
+-- reports it, the expired leases already dropped).
+function concurrency.fast(key, now, a, member)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', digits(now))
+  local count = redis.call('ZCARD', key)
+  if count + 1 > a.limit then
+    return nil
+  end
+  local reset = a.param
+  if count > 0 then
+    reset = math.min(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] - now, a.param)
+  end
+  redis.call('ZADD', key, digits(now + a.param), member)
+  redis.call('PEXPIRE', key, digits(math.ceil(a.param / 1000) + 1))
+  return string.format('1 1 %d %d 0', a.limit - count - 1, reset)
+end
+
 -- Releases the leases `member` holds.
 function concurrency.refund(key, a, member, taken)
   redis.call('ZREM', key, member)

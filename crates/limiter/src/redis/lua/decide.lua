@@ -63,7 +63,7 @@ local function left_by_sluice(key)
   local kind = redis.call('TYPE', key).ok
   if kind == 'zset' then
     local first = redis.call('ZRANGE', key, 0, 0)[1]
-    return first == nil or string.find(first, '^%x+%-%x+') ~= nil
+    return first == nil or first == '!' or string.find(first, '^%x+%-%x+') ~= nil
   elseif kind == 'string' then
     return tonumber(redis.call('GET', key)) ~= nil
   elseif kind == 'hash' then
@@ -276,38 +276,30 @@ local function line_format(count)
 end
 
 -- The common decision, with the fewest calls: one limit, 'take', cost 1, no
--- shadow, deferral, penalty box or delay, on sliding_log or fixed_window
+-- shadow, deferral, penalty box or delay, on any algorithm but calendar
 -- (`a.fast`, set when the batch's limits are read). Returns the decision's
--- line, admitted or denied; nil, having written nothing, for anything else:
--- the general path then takes it, as it takes a decision whose key holds
--- another type (the error is raised before anything is written). It runs
--- the algorithms' own peek, take and report (a test holds the two paths in
--- step); what it saves is the general path's tables and protected calls.
+-- line; nil, having written nothing the general path would not, for
+-- anything else (a denial some algorithms leave to it): the general path
+-- then takes it, as it takes a decision whose key holds another type (the
+-- error is raised before anything is written). Each algorithm's fast
+-- function makes the line its own peek, take and report would (a test
+-- holds the two paths in step); what it saves is the general path's tables,
+-- protected calls and the commands a common decision does not need.
 local function fast(key, a, member)
-  if sliding_log.packed(a) then
-    return sliding_log.fast_packed(key, now, a)
-  elseif a.algorithm == sliding_log then
-    local fits, s = sliding_log.peek(key, now, a)
-    if not fits then
-      local remaining, reset, retry = sliding_log.report(key, now, a, s)
-      return string.format('0 0 %d %d %d', remaining, reset, retry)
+  local algorithm = a.algorithm
+  if algorithm == sliding_log then
+    if sliding_log.packed(a) then
+      return sliding_log.fast_packed(key, now, a)
     end
-    local remaining, reset = sliding_log.take(key, now, a, s, member)
-    return string.format('1 1 %d %d 0', remaining, reset)
+    return sliding_log.fast_zset(key, now, a, member)
+  elseif algorithm == fixed_window then
+    return fixed_window.fast(key, now, a)
+  elseif algorithm == sliding_window then
+    return sliding_window.fast(key, now, a)
+  elseif algorithm == token_bucket then
+    return token_bucket.fast(key, now, a)
   end
-  local current, count = fixed_window.counted(now, a, redis.call('HMGET', key, 'w', 'c'))
-  if count + 1 > a.limit then
-    return nil
-  end
-  local ends = (current + 1) * a.window
-  if count == 0 then
-    redis.call('HSET', key, 'w', string.format('%.0f', current), 'c', 1)
-    redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + 1)
-  else
-    -- The key expires at the window's end, set by its first unit.
-    redis.call('HINCRBY', key, 'c', 1)
-  end
-  return string.format('1 1 %d %d 0', a.limit - count - 1, ends - now)
+  return concurrency.fast(key, now, a, member)
 end
 
 -- Limits read once per batch (their tables reused from one call to the next).
@@ -321,8 +313,7 @@ local function read_specs(first)
   for j = 1, count do
     local b = first + 2 + 6 * (j - 1)
     local a = parse_limit(specs[j] or {}, b)
-    a.fast = call_args[b + 5] == '0' and a.cost == 1
-      and (a.algorithm == sliding_log or a.algorithm == fixed_window)
+    a.fast = call_args[b + 5] == '0' and a.cost == 1 and a.algorithm ~= calendar
     specs[j] = a
   end
   return specs, first + 2 + 6 * count

@@ -17,6 +17,24 @@ function fixed_window.counted(now, a, stored)
   return current, 0
 end
 
+-- The common decision (cost 1, `take`, plain mode): the line peek + take
+-- would make; nil for a denial (the general path reports it).
+function fixed_window.fast(key, now, a)
+  local current, count = fixed_window.counted(now, a, redis.call('HMGET', key, 'w', 'c'))
+  if count + 1 > a.limit then
+    return nil
+  end
+  local ends = (current + 1) * a.window
+  if count == 0 then
+    redis.call('HSET', key, 'w', digits(current), 'c', 1)
+    redis.call('PEXPIRE', key, digits(math.ceil((ends - now) / 1000) + 1))
+  else
+    -- The key expires at the window's end, set by its first unit.
+    redis.call('HINCRBY', key, 'c', 1)
+  end
+  return string.format('1 1 %d %d 0', a.limit - count - 1, ends - now)
+end
+
 -- Returns whether `cost` more units fit, and the state.
 function fixed_window.peek(key, now, a)
   local current, count = fixed_window.counted(now, a, redis.call('HMGET', key, 'w', 'c'))
@@ -26,7 +44,7 @@ end
 -- Consumes `cost` units; returns remaining, reset (until the window ends).
 function fixed_window.take(key, now, a, s, member)
   if s.count == 0 then
-    redis.call('HSET', key, 'w', string.format('%.0f', s.current), 'c', a.cost)
+    redis.call('HSET', key, 'w', digits(s.current), 'c', a.cost)
     redis.call('PEXPIRE', key, math.ceil((s.ends - now) / 1000) + 1)
   else
     -- The key expires at the window's end, set by its first unit.

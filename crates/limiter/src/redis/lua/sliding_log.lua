@@ -27,10 +27,15 @@
 --   expired; the expiry is set half a window beyond what is needed, so a
 --   busy key only appends. 6 to 12 bytes per unit.
 -- - larger limits: a sorted set at KEY, score = stamp, member unique per
---   request (member, member.2, … for cost > 1), and the last drop time at
---   KEY .. '!h' (kept until the clock is a second past it: it matters only
---   while the clock is behind it): past a few hundred units a GET of the whole string costs more than
---   the sorted set's commands.
+--   request (member, member.2, … for cost > 1): past a few hundred units a
+--   GET of the whole string costs more than the sorted set's commands. The
+--   earliest stamp a new unit may have is the newest unit's, read with the
+--   set's last member; where that is not enough (units were dropped as
+--   expired by a decision that logged none, or a refund removed the newest),
+--   the floor is kept in the set itself by a marker member, `!`, scored
+--   MARK + floor: always the set's last member, never counted, and removed
+--   by the next unit logged (whose stamp is at least the floor). So the
+--   common decision reads the floor and the newest unit in one command.
 local sliding_log = {}
 
 -- The largest limit kept as a packed string.
@@ -45,6 +50,12 @@ local MAX_OFFSET = 140737488355328
 function sliding_log.packed(a)
   return a.algorithm == sliding_log and a.limit <= PACKED_MAX
 end
+
+-- The sorted-set log's floor marker: its member, and the offset of its
+-- score (2^52: stamps are µs since the epoch, about 2^51 in 2026; scores
+-- stay exact doubles below 2^53).
+local MARKER = '!'
+local MARK = 4503599627370496
 
 local function log_of(key)
   return key .. '!l'
@@ -128,7 +139,7 @@ local function write_packed(key, a, s, stamp)
   end
   local header = struct.pack('>lll', base, expires, dropped)
   local units = string.rep(struct.pack('>I6', stamp - base), a.cost)
-  redis.call('SET', s.log, header .. body .. units, 'PXAT', math.ceil(expires / 1000) + 1)
+  redis.call('SET', s.log, header .. body .. units, 'PXAT', digits(math.ceil(expires / 1000) + 1))
 end
 
 -- The common decision on a packed log (cost 1, `take`, plain mode), with
@@ -143,7 +154,7 @@ function sliding_log.fast_packed(key, now, a)
   local window, limit = a.window, a.limit
   if not raw then
     local expires = now + window + math.floor(window / 2)
-    redis.call('SET', log, struct.pack('>lllI6', now, expires, 0, 0), 'PXAT', math.ceil(expires / 1000) + 1)
+    redis.call('SET', log, struct.pack('>lllI6', now, expires, 0, 0), 'PXAT', digits(math.ceil(expires / 1000) + 1))
     return string.format('1 1 %d %d 0', limit - 1, window)
   end
   local size = #raw
@@ -189,25 +200,87 @@ function sliding_log.fast_packed(key, now, a)
   return string.format('1 1 %d %d 0', limit - count - 1, (count > 0 and oldest or stamp) + window - now)
 end
 
+-- The floor of the sorted-set log at `key` (the earliest stamp a new unit
+-- may have: its newest unit's, or its marker's) and whether the marker is
+-- there; 0 for an empty set.
+local function zset_floor(key)
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[1] == nil then
+    return 0, false
+  end
+  if top[1] == MARKER then
+    return tonumber(top[2]) - MARK, true
+  end
+  return tonumber(top[2]), false
+end
+
+-- Sets the marker of the log at `key` to `floor`, the key kept at least a
+-- second (a marker matters only while the clock is behind it).
+local function mark_floor(key, floor)
+  redis.call('ZADD', key, MARK + floor, MARKER)
+  if redis.call('PTTL', key) < 1000 then
+    redis.call('PEXPIRE', key, 1000)
+  end
+end
+
 -- The sorted-set log of a large limit, split at the window (expired units
--- dropped): {count, oldest, zset = true}.
+-- dropped): {count, oldest, floor, marked, zset = true}. Units dropped
+-- here must not be followed by a stamp within their window: if the newest
+-- left is earlier than `now`, the floor is marked as `now` (the unit a
+-- take logs next replaces the marker).
 local function read_zset(key, now, a)
-  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-  if oldest ~= nil and tonumber(oldest) <= now - a.window then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
-    local dropped = tonumber(redis.call('GET', key .. '!h'))
-    if dropped == nil or dropped < now then
-      -- Kept until Redis's clock is a second past it (by then every new
-      -- stamp is later anyway), on the same clock as the stamps.
-      redis.call('SET', key .. '!h', string.format('%.0f', now), 'PXAT', math.ceil(now / 1000) + 1000)
+  local dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window)
+  local card = redis.call('ZCARD', key)
+  local floor, marked = 0, false
+  if card > 0 then
+    floor, marked = zset_floor(key)
+  end
+  local count = card - (marked and 1 or 0)
+  if dropped > 0 and floor < now then
+    mark_floor(key, now)
+    floor, marked = now, true
+  end
+  if count == 0 then
+    return { zset = true, count = 0, floor = floor, marked = marked }
+  end
+  local oldest = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+  return { zset = true, count = count, oldest = oldest, floor = floor, marked = marked }
+end
+
+-- The common decision on a sorted-set log (cost 1, `take`, plain mode):
+-- the line peek + take would make, from the fewest commands (drop the
+-- expired, count, the floor from the last member, the oldest for the
+-- reset, then log). A drop followed by this take needs no marker: the new
+-- unit's stamp is at least `now`. A denial is left to the general path
+-- (nil), the drop's floor marked first as read_zset would.
+function sliding_log.fast_zset(key, now, a, member)
+  local window, limit = a.window, a.limit
+  local dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf', digits(now - window))
+  local card = redis.call('ZCARD', key)
+  if card == 0 then
+    redis.call('ZADD', key, digits(now), member)
+    redis.call('PEXPIRE', key, digits(math.ceil(window / 1000) + 1))
+    return string.format('1 1 %d %d 0', limit - 1, window)
+  end
+  local floor, marked = zset_floor(key)
+  local count = card - (marked and 1 or 0)
+  if count + 1 > limit then
+    if dropped > 0 and floor < now then
+      mark_floor(key, now)
     end
-    oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    return nil
   end
-  if oldest == nil then
-    return { zset = true, count = 0 }
+  local stamp = math.max(now, floor)
+  local first = stamp
+  if count > 0 then
+    first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
   end
-  local count = redis.call('ZCARD', key)
-  return { zset = true, count = count, oldest = tonumber(oldest) }
+  redis.call('ZADD', key, digits(stamp), member)
+  if marked then
+    redis.call('ZREM', key, MARKER)
+  end
+  redis.call('PEXPIRE', key, digits(math.ceil((stamp - now + window) / 1000) + 1))
+  return string.format('1 1 %d %d 0', limit - count - 1, first + window - now)
 end
 
 -- The stamp of the rank-th (0-based) live unit of the log `s`.
@@ -224,9 +297,7 @@ local function newest(key, s)
   if not s.zset then
     return math.max(s.newest or 0, s.dropped)
   end
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  local dropped = redis.call('GET', key .. '!h')
-  return math.max(tonumber(last) or 0, tonumber(dropped) or 0)
+  return s.floor
 end
 
 -- Logs `cost` units stamped `stamp`, and sets the key's expiry (`now` for
@@ -240,6 +311,12 @@ local function log_units(key, now, a, s, stamp, member)
   for j = 2, a.cost do
     redis.call('ZADD', key, stamp, member .. '.' .. j)
   end
+  if s.marked then
+    -- The new unit's stamp is at least the floor: it holds it now.
+    redis.call('ZREM', key, MARKER)
+    s.marked = false
+  end
+  s.floor = math.max(s.floor, stamp)
   redis.call('PEXPIRE', key, math.ceil((stamp - now + a.window) / 1000) + 1)
 end
 
@@ -284,6 +361,12 @@ end
 -- stamp, never looser.
 function sliding_log.refund(key, a, member, taken, now)
   if a.limit > PACKED_MAX then
+    -- The floor is kept by the marker before the units go: a refund of the
+    -- newest must not let a later unit be stamped under what was dropped.
+    local floor = zset_floor(key)
+    if floor > 0 then
+      mark_floor(key, floor)
+    end
     redis.call('ZREM', key, member)
     for j = 2, a.cost do
       redis.call('ZREM', key, member .. '.' .. j)

@@ -23,7 +23,7 @@ local function index(now, size)
 end
 
 local function field(i)
-  return string.format('%.0f', i)
+  return digits(i)
 end
 
 -- Drops sub-windows that no longer count; returns whether `cost` more units
@@ -52,6 +52,49 @@ function sliding_window.peek(key, now, a)
   end
   table.sort(buckets, function(x, y) return x[1] < y[1] end)
   return count + a.cost <= a.limit, { count = count, buckets = buckets, current = current, size = size }
+end
+
+-- The common decision (cost 1, `take`, plain mode): the line peek + take
+-- would make, with no table but the stale fields' (dropped in one HDEL);
+-- nil for a denial (the general path reports it, the stale fields already
+-- gone). The key's expiry is set when a sub-window's field is made: it
+-- outlives that sub-window's count, and so every older one's.
+function sliding_window.fast(key, now, a)
+  local buckets = a.param
+  local size = a.window / buckets
+  local current = index(now, size)
+  local flat = redis.call('HGETALL', key)
+  local n = #flat
+  if n > 0 then
+    local latest = latest_after_step_back(current, size)
+    for i = 1, n, 2 do
+      current = counted_window(current, tonumber(flat[i]), latest)
+    end
+  end
+  local oldest = current - buckets
+  local count, first, stale = 0, current, nil
+  for i = 1, n, 2 do
+    local at, units = tonumber(flat[i]), tonumber(flat[i + 1])
+    if at == nil or units == nil or at < oldest or at > current then
+      stale = stale or {}
+      stale[#stale + 1] = flat[i]
+    else
+      count = count + units
+      if at < first then
+        first = at
+      end
+    end
+  end
+  if stale then
+    redis.call('HDEL', key, unpack(stale))
+  end
+  if count + 1 > a.limit then
+    return nil
+  end
+  if redis.call('HINCRBY', key, field(current), 1) == 1 then
+    redis.call('PEXPIRE', key, digits(math.ceil((a.window + size) / 1000) + 1))
+  end
+  return string.format('1 1 %d %d 0', a.limit - count - 1, (first + buckets + 1) * size - now)
 end
 
 -- Time until sub-window `at` stops counting.

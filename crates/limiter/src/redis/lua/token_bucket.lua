@@ -27,9 +27,33 @@ function token_bucket.peek(key, now, a)
   return allow_at <= now, { tat = tat, new_tat = new_tat, allow_at = allow_at, interval = interval }
 end
 
+-- The common decision (cost 1, `take`, plain mode): the line peek + take
+-- or peek + report would make, with no state table.
+function token_bucket.fast(key, now, a)
+  local interval = math.ceil(a.window / a.limit)
+  local span = interval * a.param
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then
+    tat = now
+  elseif tat > now + span then
+    tat = now + span
+  end
+  local new_tat = tat + interval
+  local allow_at = new_tat - span
+  if allow_at > now then
+    local remaining = a.param - math.ceil((tat - now) / interval)
+    if remaining < 0 then
+      remaining = 0
+    end
+    return string.format('0 0 %d %d %d', remaining, tat - now, allow_at - now)
+  end
+  redis.call('SET', key, digits(new_tat), 'PX', digits(math.ceil((new_tat - now) / 1000) + 1))
+  return string.format('1 1 %d %d 0', math.floor((now - allow_at) / interval), new_tat - now)
+end
+
 -- Consumes `cost` units; returns remaining, reset (until the bucket is full).
 function token_bucket.take(key, now, a, s, member)
-  redis.call('SET', key, string.format('%.0f', s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
+  redis.call('SET', key, digits(s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
   return math.floor((now - s.allow_at) / s.interval), s.new_tat - now
 end
 
@@ -51,7 +75,7 @@ function token_bucket.refund(key, a, member, taken)
   local tat = tonumber(redis.call('GET', key))
   if tat then
     local interval = math.ceil(a.window / a.limit)
-    redis.call('SET', key, string.format('%.0f', tat - interval * a.cost), 'KEEPTTL')
+    redis.call('SET', key, digits(tat - interval * a.cost), 'KEEPTTL')
   end
 end
 
@@ -62,6 +86,6 @@ end
 
 -- Takes the units now, their wait ahead of them; returns remaining, reset.
 function token_bucket.reserve(key, now, a, s, member)
-  redis.call('SET', key, string.format('%.0f', s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
+  redis.call('SET', key, digits(s.new_tat), 'PX', math.ceil((s.new_tat - now) / 1000) + 1)
   return 0, s.new_tat - now
 end
