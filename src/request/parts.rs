@@ -10,7 +10,7 @@
 use crate::config::{ClientIpConfig, IpNet, KeyPart};
 use crate::request::client_cert::ClientCert;
 use std::borrow::Cow;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Finds the client address of a request.
 #[derive(Debug, Clone)]
@@ -68,13 +68,33 @@ impl ClientIpResolver {
     /// (`2001:db8::/64`) so that one host cannot rotate through its prefix.
     pub fn key_text(&self, ip: IpAddr) -> String {
         match canonical(ip) {
-            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V4(v4) => dotted_quad(v4),
             IpAddr::V6(v6) => match ipnet::Ipv6Net::new(v6, self.ipv6_prefix) {
                 Ok(net) => net.trunc().to_string(),
                 Err(_) => v6.to_string(),
             },
         }
     }
+}
+
+/// `a.b.c.d`, as `Ipv4Addr`'s `Display` writes it, digit by digit: the
+/// formatting machinery cost about 1,300 instructions for every request
+/// (the text is made for each request's key parts).
+fn dotted_quad(ip: Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4.
@@ -278,6 +298,22 @@ pub(crate) fn part_value<'a>(part: &KeyPart, request: &RequestParts<'a>) -> Part
 
 #[cfg(test)]
 mod tests {
+    /// The hand-written dotted quad is `Display`'s, for every octet width.
+    #[test]
+    fn dotted_quads_are_written_as_display_writes_them() {
+        for text in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "1.2.3.4",
+            "10.0.100.9",
+            "192.168.0.10",
+            "99.100.101.199",
+        ] {
+            let ip: Ipv4Addr = text.parse().expect("an address");
+            assert_eq!(super::dotted_quad(ip), ip.to_string());
+        }
+    }
+
     use super::*;
 
     fn resolver(trusted: &[&str]) -> ClientIpResolver {
