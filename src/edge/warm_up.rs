@@ -8,11 +8,15 @@
 //! decided by Redis, not by a fallback standing in while the connection is
 //! still being made.
 //!
-//! The connection is made here, on this service's runtime, which lives as
-//! long as the server (a connection made before Pingora starts its runtimes
-//! would die with a temporary one). Afterwards the service keeps a backend
-//! that is not connected trying once a second, so that readiness comes back
-//! when Redis does, even while no request arrives to connect it.
+//! This first connection is made here, on this service's runtime, which
+//! lives as long as the server (a connection made before Pingora starts its
+//! runtimes would die with a temporary one). It proves Redis reachable and
+//! loads the decide code; it does not carry the requests' decisions: each
+//! worker thread makes a connection of its own on its first decision (and
+//! sends on this one until its own is ready), so that a batch never wakes
+//! another thread. Afterwards the service keeps a backend that is not
+//! connected trying once a second, so that readiness comes back when Redis
+//! does, even while no request arrives to connect it.
 
 use crate::limiter::Link;
 use crate::policy::state::SharedState;

@@ -41,6 +41,7 @@
 //! timers cost one per distinct deadline wave instead of one per request.
 
 mod batch;
+mod lanes;
 mod sentinel;
 
 use crate::leases::MAX_RENEWALS;
@@ -49,18 +50,16 @@ use crate::redis::circuit::{CircuitBreaker, Permit};
 use crate::redis::client;
 use crate::redis::client::RESPONSE_TIMEOUT;
 use crate::redis::deadline::RedisClock;
-use crate::redis::lazy::LazyConnection;
 use crate::redis::reconcile::FallbackLedger;
 use crate::redis::wire::{self, decode_reply, push_args, CallForm, Mode, DECIDE_SCRIPT};
 use crate::settings::{RedisConfig, RedisTlsConfig};
 use crate::sync::Locked;
-use crate::sync::ReadWriteLocked;
 use crate::Lease;
 use crate::{Decision, LimitCheck, Limiter, LimiterError, Link, RedisObserver};
 use async_trait::async_trait;
-use batch::{Queue, Queued};
+use batch::Queued;
+use lanes::Lane;
 use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
 use sentinel::sentinel_client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -74,9 +73,6 @@ type PendingCall = std::pin::Pin<
             + Send,
     >,
 >;
-
-/// How [`RedisLimiter::load_function`] says Redis did not answer in time.
-const NO_ANSWER: &str = "no answer within";
 
 /// The most decisions one script call carries: bounds how long one call
 /// holds Redis (a few hundred microseconds at most).
@@ -113,23 +109,6 @@ enum Target {
     /// failover the broken connection is dropped and the next one goes to
     /// the new primary.
     Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
-}
-
-/// One thread's connection to this Redis and its queue of decisions to
-/// send on it. Only that thread's decisions use it, so its flush loop and
-/// the connection's reader run where the decisions are made.
-pub(super) struct Lane {
-    connection: LazyConnection<MultiplexedConnection>,
-    queue: std::sync::Mutex<Queue>,
-}
-
-impl Lane {
-    fn new() -> Self {
-        Self {
-            connection: LazyConnection::new(),
-            queue: std::sync::Mutex::new(Queue::default()),
-        }
-    }
 }
 
 /// What every clone of a [`RedisLimiter`] shares.
@@ -254,174 +233,6 @@ impl RedisLimiter {
             ledger: FallbackLedger::default(),
             clock: RedisClock::default(),
         }))
-    }
-
-    /// This thread's lane (made on its first use).
-    fn lane(&self) -> Arc<Lane> {
-        self.lanes.get_or(|| Arc::new(Lane::new())).clone()
-    }
-
-    /// This thread's connection, if it has one.
-    fn current(&self) -> Option<MultiplexedConnection> {
-        self.lanes.get()?.connection.current()
-    }
-
-    /// Some established connection: this thread's, or else any lane's.
-    fn any_connection(&self) -> Option<MultiplexedConnection> {
-        self.current()
-            .or_else(|| self.lanes.iter().find_map(|lane| lane.connection.current()))
-    }
-
-    /// Forgets every lane's connection: what broke one (Redis gone, a
-    /// failover) broke them all; each lane connects again on its next call.
-    fn drop_connection(&self) {
-        for lane in self.lanes.iter() {
-            lane.connection.clear();
-        }
-    }
-
-    /// Another lane with a connection, and that connection: what a thread
-    /// whose own lane is still connecting sends on meanwhile, so that a
-    /// decision never waits for (or falls back because of) a connect that
-    /// another thread no longer needs.
-    fn connected_lane(&self) -> Option<(Arc<Lane>, MultiplexedConnection)> {
-        self.lanes
-            .iter()
-            .find_map(|lane| Some((lane.clone(), lane.connection.current()?)))
-    }
-
-    /// Starts connecting `lane` in the background (on this thread's
-    /// runtime), unless it is connected or connecting.
-    fn connect_soon(&self, lane: &Arc<Lane>) {
-        let (this, dialing) = (self.clone(), lane.clone());
-        lane.connection.start(move || {
-            tokio::spawn(async move { this.dial(dialing).await });
-        });
-    }
-
-    /// This thread's connection, connecting (once, in the background) if needed.
-    async fn connection(&self) -> Result<MultiplexedConnection, LimiterError> {
-        self.lane_connection(&self.lane()).await
-    }
-
-    /// `lane`'s connection, connecting it (once, in the background, on this
-    /// thread's runtime) if needed.
-    async fn lane_connection(
-        &self,
-        lane: &Arc<Lane>,
-    ) -> Result<MultiplexedConnection, LimiterError> {
-        let (this, dialing) = (self.clone(), lane.clone());
-        let conn = lane
-            .connection
-            .get(move || {
-                tokio::spawn(async move { this.dial(dialing).await });
-            })
-            .await;
-        conn.ok_or_else(|| {
-            if self.connect_refused.load(Ordering::Relaxed) {
-                LimiterError::Refused("cannot connect to Redis".into())
-            } else {
-                LimiterError::Io("cannot connect to Redis".into())
-            }
-        })
-    }
-
-    /// One connect attempt of `lane`, ended with [`LazyConnection::finish`].
-    async fn dial(self, lane: Arc<Lane>) {
-        let connect_timeout = self.connect_timeout;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            // Bounds each flush task when Redis stops answering; every request is
-            // separately bounded by the (shorter) decision budget.
-            .set_response_timeout(Some(RESPONSE_TIMEOUT.max(self.budget)));
-        let result = tokio::time::timeout(connect_timeout, async {
-            let client = match &self.target {
-                Target::Direct(client) => client.clone(),
-                Target::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
-            };
-            let conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            Ok::<_, redis::RedisError>((conn, client.get_connection_info().addr().to_string()))
-        })
-        .await;
-        let conn = match result {
-            Ok(Ok((mut conn, addr))) => {
-                log::info!("connected to Redis {addr} {}", self.place);
-                self.choose_call_form(&mut conn).await;
-                Some(conn)
-            }
-            Ok(Err(e)) => {
-                self.connect_refused
-                    .store(e.is_connection_refusal(), Ordering::Relaxed);
-                client::connect_failed(&self.place, &e);
-                None
-            }
-            Err(_) => {
-                self.connect_refused.store(false, Ordering::Relaxed);
-                log::debug!("cannot connect to Redis: no answer within {connect_timeout:?}");
-                None
-            }
-        };
-        self.observer.set_up(conn.is_some());
-        self.attempted.store(true, Ordering::Release);
-        lane.connection.finish(conn);
-    }
-
-    /// Loads the decide code as a Redis Function where the server has them
-    /// (Redis 7 and later) and calls it with `FCALL` from then on; otherwise
-    /// (an older server, `FUNCTION` disabled or denied by an ACL) calls go on
-    /// as `EVALSHA` of the script. Either form decides alike. Chosen once,
-    /// by the first connect Redis answers; a `FUNCTION LOAD` that gets no
-    /// answer (a stall) chooses nothing, and a later connect asks again.
-    async fn choose_call_form(&self, conn: &mut MultiplexedConnection) {
-        if self.form_chosen.load(Ordering::Acquire) {
-            return;
-        }
-        let form = match self.load_function(conn).await {
-            Ok(()) => CallForm::Function(self.library.1.clone()),
-            Err(e) if e.starts_with(NO_ANSWER) => {
-                log::info!(
-                    "Redis did not answer FUNCTION LOAD ({e}): asking again on the next connect"
-                );
-                return;
-            }
-            Err(e) => {
-                log::info!(
-                    "Redis Functions not used ({e}): calling the decide script with EVALSHA"
-                );
-                CallForm::Script(self.script.get_hash().to_string())
-            }
-        };
-        *self.call_form.write_locked() = form;
-        self.form_chosen.store(true, Ordering::Release);
-    }
-
-    /// `FUNCTION LOAD` of the library; one already loaded is as good.
-    async fn load_function(&self, conn: &mut MultiplexedConnection) -> Result<(), String> {
-        let mut command = redis::cmd("FUNCTION");
-        command.arg("LOAD").arg(self.library.0.as_str());
-        let load = command.query_async::<redis::Value>(conn);
-        match tokio::time::timeout(self.connect_timeout, load).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if e.to_string().contains("already exists") => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("{NO_ANSWER} {:?}", self.connect_timeout)),
-        }
-    }
-
-    /// Loads the decide code again in the form calls use (Redis lost it).
-    async fn reload_code(&self, conn: &mut MultiplexedConnection) -> Result<(), LimiterError> {
-        let form = self.call_form.read_locked().clone();
-        match form {
-            CallForm::Function(_) => self.load_function(conn).await.map_err(LimiterError::Server),
-            CallForm::Script(_) => self
-                .script
-                .load_async(conn)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.classify(e)),
-        }
     }
 
     async fn evaluate(
