@@ -50,6 +50,33 @@ const KEYS: u64 = 100_000;
 const HOT_KEYS: u64 = 8;
 /// The hot keys' limit (a minute).
 const HOT_LIMIT: u64 = 10;
+/// A limit above the packed log's largest: kept as a sorted set.
+const LARGE_LIMIT: u64 = 1_000_000;
+/// The large limit's window (µs): 1,000,000 per 10 s.
+const LARGE_WINDOW_US: u64 = 10_000_000;
+
+/// The keys a case decides on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    /// [`KEYS`] keys at random, 1,000 a minute each: every decision admits.
+    Spread,
+    /// [`HOT_KEYS`] keys at [`HOT_LIMIT`] a minute: nearly every decision denies.
+    Hot,
+    /// [`KEYS`] keys at random, [`LARGE_LIMIT`] per 10 s: a `sliding_log`
+    /// kept as a sorted set, every decision admits.
+    Large,
+}
+
+impl Keys {
+    /// How many keys, each's limit, and its window (µs).
+    fn scale(self) -> (u64, u64, u64) {
+        match self {
+            Keys::Spread => (KEYS, crate::LIMIT, crate::WINDOW_US),
+            Keys::Hot => (HOT_KEYS, HOT_LIMIT, crate::WINDOW_US),
+            Keys::Large => (KEYS, LARGE_LIMIT, LARGE_WINDOW_US),
+        }
+    }
+}
 /// Connections to Redis: one per gateway instance.
 pub const CONNECTIONS: usize = 8;
 /// Calls in flight on each connection.
@@ -80,11 +107,12 @@ struct Case {
     load: Load,
     /// Decides [`HOT_KEYS`] keys at [`HOT_LIMIT`] instead of [`KEYS`] at
     /// the usual limit.
-    hot: bool,
+    keys: Keys,
 }
 
 pub const SEED: &str = "seed's script (EVALSHA per decision)";
 pub const HOT_SEED: &str = "seed's script, 8 hot keys at their limit";
+pub const LARGE_SEED: &str = "seed's script, 1,000,000 per 10 s";
 pub const INCR_FLOOR: &str = "INCR floor (pipelined)";
 
 fn cases() -> Vec<Case> {
@@ -93,61 +121,71 @@ fn cases() -> Vec<Case> {
         Case {
             name: "sluice sliding_log",
             load: Load::Sluice(Algorithm::SlidingLog),
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "sluice sliding_window",
             load: Load::Sluice(Algorithm::SlidingWindow { buckets: 60 }),
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "sluice fixed_window",
             load: Load::Sluice(Algorithm::FixedWindow),
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "sluice token_bucket",
             load: Load::Sluice(Algorithm::TokenBucket {
                 burst: crate::LIMIT,
             }),
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "sluice concurrency",
             load: Load::Sluice(Algorithm::Concurrency { lease }),
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "sluice sliding_log, 8 hot keys at their limit",
             load: Load::Sluice(Algorithm::SlidingLog),
-            hot: true,
+            keys: Keys::Hot,
+        },
+        Case {
+            name: "sluice sliding_log, 1,000,000 per 10 s (sorted set)",
+            load: Load::Sluice(Algorithm::SlidingLog),
+            keys: Keys::Large,
+        },
+        Case {
+            name: LARGE_SEED,
+            load: Load::Seed,
+            keys: Keys::Large,
         },
         Case {
             name: HOT_SEED,
             load: Load::Seed,
-            hot: true,
+            keys: Keys::Hot,
         },
         Case {
             name: SEED,
             load: Load::Seed,
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: "envoyproxy/ratelimit (INCRBY + EXPIRE, pipelined)",
             load: Load::IncrbyExpire,
-            hot: false,
+            keys: Keys::Spread,
         },
         Case {
             name: INCR_FLOOR,
             load: Load::Incr,
-            hot: false,
+            keys: Keys::Spread,
         },
     ]
     .into_iter()
     .chain(VARIANTS.iter().map(|&(name, function, hot)| Case {
         name,
         load: Load::Variant(function),
-        hot,
+        keys: if hot { Keys::Hot } else { Keys::Spread },
     }))
     .collect()
 }
@@ -218,18 +256,14 @@ impl Rng {
 /// One round trip's worth of decisions for `load`: the pipeline, and the
 /// number of replies that are decisions (the others are `EXPIRE`s).
 fn round_trip(
-    (load, hot): (Load, bool),
+    (load, keys): (Load, Keys),
     code: &Code,
     rng: &mut Rng,
     member: &str,
     sequence: &mut u64,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    let (keys, limit) = if hot {
-        (HOT_KEYS, HOT_LIMIT)
-    } else {
-        (KEYS, crate::LIMIT)
-    };
+    let (keys, limit, window_us) = keys.scale();
     let key = |rng: &mut Rng, prefix: &str| {
         format!("{prefix}{{bench:per-key:h.x-key={}}}", rng.next() % keys)
     };
@@ -240,7 +274,7 @@ fn round_trip(
                 .iter()
                 .map(|key| {
                     *sequence += 1;
-                    let window = Duration::from_micros(crate::WINDOW_US);
+                    let window = Duration::from_micros(window_us);
                     let check = LimitCheck::plain(key, limit, window, algorithm);
                     take_args(&[check], &format!("{member}-{sequence:x}"))
                 })
@@ -261,7 +295,7 @@ fn round_trip(
                     .arg(1)
                     .arg(key(rng, "seed:"))
                     .arg(now_ms)
-                    .arg(crate::WINDOW_US / 1000)
+                    .arg(window_us / 1000)
                     .arg(limit)
                     .arg(format!("{member}-{sequence:x}"));
             }
@@ -288,7 +322,7 @@ fn round_trip(
                 .arg(BATCH)
                 .arg(&keys)
                 .arg(limit)
-                .arg(crate::WINDOW_US)
+                .arg(window_us)
                 .arg(member);
         }
     }
@@ -322,7 +356,7 @@ fn admitted(load: Load, replies: &[redis::Value]) -> u64 {
 }
 
 /// Drives `load` for `seconds`: (decisions, admitted).
-fn drive(redis: &RedisServer, (load, hot): (Load, bool), code: &Code, seconds: f64) -> (u64, u64) {
+fn drive(redis: &RedisServer, (load, keys): (Load, Keys), code: &Code, seconds: f64) -> (u64, u64) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -349,7 +383,8 @@ fn drive(redis: &RedisServer, (load, hot): (Load, bool), code: &Code, seconds: f
                 tasks.push(tokio::spawn(async move {
                     let (mut decisions, mut admits, mut sequence) = (0u64, 0u64, 0u64);
                     while Instant::now() < until {
-                        let pipe = round_trip((load, hot), &code, &mut rng, &member, &mut sequence);
+                        let pipe =
+                            round_trip((load, keys), &code, &mut rng, &member, &mut sequence);
                         let replies: Vec<redis::Value> =
                             pipe.query_async(&mut conn).await.expect("Redis call");
                         decisions += BATCH as u64;
@@ -383,17 +418,28 @@ pub fn run(options: &Options) -> String {
     let pinned = cores >= 2 && pin(redis.pid(), "1") && pin(std::process::id(), "0");
     let code = load_code(&redis);
     let ticks = clock_ticks_per_second();
-    let cases = cases();
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|case| {
+            options.only.as_deref().is_none_or(|only| {
+                case.name.contains(only) || case.name.starts_with("seed") || case.name == INCR_FLOOR
+            })
+        })
+        .collect();
     for case in &cases {
-        drive(&redis, (case.load, case.hot), &code, 1.0);
+        drive(&redis, (case.load, case.keys), &code, 1.0);
     }
     let mut samples: Vec<Vec<Sample>> = cases.iter().map(|_| Vec::new()).collect();
     for round in 1..=options.rounds {
         for (case, samples) in cases.iter().zip(&mut samples) {
             let before = cpu_ticks(redis.pid());
             let start = Instant::now();
-            let (decisions, admits) =
-                drive(&redis, (case.load, case.hot), &code, options.seconds as f64);
+            let (decisions, admits) = drive(
+                &redis,
+                (case.load, case.keys),
+                &code,
+                options.seconds as f64,
+            );
             let elapsed = start.elapsed().as_secs_f64();
             let redis_s = (cpu_ticks(redis.pid()) - before) as f64 / ticks;
             let sample = Sample {
@@ -513,7 +559,8 @@ fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: boo
         out,
         "**Redis capacity**: `cargo bench --bench versus -- --parts redis --rounds {rounds} --seconds {seconds}` on {date}: {cpu}, {redis}.\n\n\
          One Redis {pinning}; the driver sends decisions over {KEYS} keys at random (1,000 a minute each, none denied) from {CONNECTIONS} connections, \
-         or over {HOT_KEYS} hot keys at {HOT_LIMIT} a minute (nearly all denied; these rows are compared with the seed's script on the same keys), \
+         or over {HOT_KEYS} hot keys at {HOT_LIMIT} a minute (nearly all denied), or over {KEYS} keys at 1,000,000 per 10 s (a log kept as a sorted set; none denied) — \
+         these rows are compared with the seed's script on the same keys and limit; \
          {IN_FLIGHT} calls in flight on each, {BATCH} decisions a round trip (sluice: one batch call; the others: {BATCH} pipelined commands). \
          Medians of {rounds} interleaved rounds. Decisions per Redis core = 1 / Redis CPU per decision.\n",
         rounds = options.rounds,
@@ -542,12 +589,18 @@ fn table(options: &Options, cases: &[Case], samples: &[Vec<Sample>], pinned: boo
             .position(|c| c.name == name)
             .map_or(f64::NAN, |i| per_core(&samples[i]))
     };
-    let (seed, hot_seed, floor) = (of(SEED), of(HOT_SEED), of(INCR_FLOOR));
+    let (seed, hot_seed, large_seed, floor) =
+        (of(SEED), of(HOT_SEED), of(LARGE_SEED), of(INCR_FLOOR));
     for (case, s) in cases.iter().zip(samples) {
         let (low, high) = range(s, |x| x.rate);
         let core = per_core(s);
-        // Hot keys are compared with the seed's script on the same keys.
-        let seed = if case.hot { hot_seed } else { seed };
+        // Hot keys and the large limit are compared with the seed's script
+        // on the same keys and limit.
+        let seed = match case.keys {
+            Keys::Spread => seed,
+            Keys::Hot => hot_seed,
+            Keys::Large => large_seed,
+        };
         let _ = writeln!(
             out,
             "| {} | {:.0} ({:.0}–{:.0}) | {:.0} % | {:.2} µs | {:.0} | {:.2}× | {:.2}× | {:.1} % |",

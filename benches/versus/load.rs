@@ -2,7 +2,7 @@
 //! one case, with what the case, Redis and the upstream spent meanwhile.
 
 use crate::cases::{Bench, Case};
-use crate::process::{clock_ticks_per_second, cpu_ticks, voluntary_switches};
+use crate::process::{clock_ticks_per_second, context_switches, cpu_ticks, SyscallCount};
 use crate::upstream;
 use std::path::Path;
 use std::process::Command;
@@ -17,8 +17,11 @@ pub struct Sample {
     pub redis_calls_per_request: f64,
     pub server_cpu_us: f64,
     pub redis_cpu_us: f64,
-    /// Voluntary context switches of the serving process, per request.
+    /// Context switches of the serving process (voluntary or not), per request.
     pub switches_per_request: f64,
+    /// System calls of the serving process per request (NaN: perf could
+    /// not count them).
+    pub syscalls_per_request: f64,
     /// Socket errors (connect, read, write, timeout).
     pub errors: u64,
     /// Responses with a status of 400 or more.
@@ -39,12 +42,14 @@ pub fn wrk(
     let redis_ticks = || redis_pids.iter().map(|&pid| cpu_ticks(pid)).sum::<u64>();
     let cpu_before = cpu_ticks(case.pid);
     let redis_cpu_before = redis_ticks();
-    let switches_before = voluntary_switches(case.pid);
+    let switches_before = context_switches(case.pid);
+    let syscalls = SyscallCount::start(case.pid);
     let url = format!("http://{}/bench", case.addr);
     let run = run_wrk(&url, script, scenario, seconds, connections);
+    let syscalls = syscalls.stop();
     let cpu = cpu_ticks(case.pid) - cpu_before;
     let redis_cpu = redis_ticks() - redis_cpu_before;
-    let switches = voluntary_switches(case.pid) - switches_before;
+    let switches = context_switches(case.pid) - switches_before;
     let calls = bench.redis_calls(case) - calls_before;
     let hits = upstream::hits(bench.upstream_addr) - hits_before;
     let requests = run.requests.max(1) as f64;
@@ -58,6 +63,7 @@ pub fn wrk(
         server_cpu_us: cpu as f64 * tick_us / requests,
         redis_cpu_us: redis_cpu as f64 * tick_us / requests,
         switches_per_request: switches as f64 / requests,
+        syscalls_per_request: syscalls.map_or(f64::NAN, |n| n as f64 / requests),
         errors: run.socket_errors,
         non_2xx: run.status_errors,
     }

@@ -29,6 +29,11 @@ pub struct Options {
     /// console's polling against none; not run unless named).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_PARTS.map(String::from), value_parser = clap::builder::PossibleValuesParser::new(PARTS))]
     pub parts: Vec<String>,
+    /// Only the Redis-capacity cases (`--parts redis`) whose name contains
+    /// this text, the seed's script and the `INCR` floor (for the ratios):
+    /// to profile one case.
+    #[arg(long, value_name = "TEXT")]
+    pub only: Option<String>,
     /// Pinned topology: each server under test on core 0, and Redis, the
     /// upstream and the load client on core 1 (`taskset`), so that a
     /// server's CPU per request is its own work, not contention for a core.

@@ -129,22 +129,60 @@ pub fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// Voluntary context switches of every thread of `pid` so far: how often
-/// its threads parked (waiting for a socket, a timer or Redis).
-pub fn voluntary_switches(pid: u32) -> u64 {
+/// Context switches of every thread of `pid` so far, voluntary (a thread
+/// parked: waiting for a socket, a timer, another thread) and not (taken
+/// off its core): what `perf stat -e context-switches` counts.
+pub fn context_switches(pid: u32) -> u64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten();
     tasks
         .flatten()
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .filter_map(|status| {
+        .map(|status| {
             status
                 .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter_map(|l| {
+                    l.strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum::<u64>()
         })
         .sum()
+}
+
+/// System calls of `pid` (every thread) counted by `perf stat` from
+/// [`SyscallCount::start`] to [`SyscallCount::stop`]; `None` where perf
+/// cannot count them (not installed, or tracepoints not permitted).
+pub struct SyscallCount(Option<std::process::Child>);
+
+impl SyscallCount {
+    /// Starts counting `pid`'s system calls.
+    pub fn start(pid: u32) -> Self {
+        let child = Command::new("perf")
+            .args(["stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-p"])
+            .arg(pid.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok();
+        Self(child)
+    }
+
+    /// Stops counting; the system calls made meanwhile.
+    pub fn stop(self) -> Option<u64> {
+        let child = self.0?;
+        let _ = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+        let output = child.wait_with_output().ok()?;
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .find(|l| l.contains("raw_syscalls:sys_enter"))
+            .and_then(|l| l.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+    }
 }
 
 /// Decide calls (`EVALSHA`, `EVAL`, `FCALL`) Redis has served so far.

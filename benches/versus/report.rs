@@ -121,9 +121,12 @@ fn throughput_table(
     let _ = writeln!(out, "{}\n", scenario_title(scenario));
     let _ = writeln!(
         out,
-        "| case | req/s | vs nginx limit_req | vs bare Pingora | vs nginx + Lua + Redis | p50 ms | p99 ms | admitted | Redis calls/req | CPU µs/req (server + Redis) | switches/req | non-2xx | socket errors |"
+        "| case | req/s | vs nginx limit_req | vs bare Pingora | vs nginx + Lua + Redis | p50 ms | p99 ms | admitted | Redis calls/req | CPU µs/req (server + Redis) | context switches/req | syscalls/req | non-2xx | socket errors |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for case in &bench.cases {
         let Some(s) = samples.get(&(scenario, case.name)) else {
             continue;
@@ -134,7 +137,7 @@ fn throughput_table(
         let failed = scenario == "allowed" && non_2xx > 0;
         let _ = writeln!(
             out,
-            "| {}{} | {:.0} ({:.0}–{:.0}) | {:.2}× | {} | {} | {:.2} | {:.2} | {:.1} % | {} | {:.1} + {:.1} | {:.2} | {} | {} |",
+            "| {}{} | {:.0} ({:.0}–{:.0}) | {:.2}× | {} | {} | {:.2} | {:.2} | {:.1} % | {} | {:.1} + {:.1} | {:.3} | {:.2} | {} | {} |",
             case.name,
             if failed { " **(failed: non-2xx)**" } else { "" },
             rps,
@@ -154,6 +157,7 @@ fn throughput_table(
             median(s, |x| x.server_cpu_us),
             median(s, |x| x.redis_cpu_us),
             median(s, |x| x.switches_per_request),
+            median(s, |x| x.syscalls_per_request),
             if scenario == "allowed" { non_2xx.to_string() } else { "—".into() },
             s.iter().map(|x| x.errors).sum::<u64>(),
         );
@@ -320,6 +324,7 @@ fn targets(
     let mut rows: Vec<Target> = floor_targets(samples)
         .into_iter()
         .chain(earlier_targets(samples, paced))
+        .chain(cost_targets(samples, paced))
         .collect();
     let cpu_in = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.server_cpu_us);
     for scenario in ["allowed", "flood"] {
@@ -469,6 +474,60 @@ fn earlier_targets(
         ));
     }
     rows
+}
+
+/// What limiting may cost the gateway over not limiting, against what
+/// nginx + Lua + Redis pays over nginx `limit_req`.
+fn cost_targets(
+    samples: &HashMap<(&str, &str), Vec<Sample>>,
+    paced: &HashMap<&str, Vec<Paced>>,
+) -> Vec<Target> {
+    let allowed = |case: &str, f: fn(&Sample) -> f64| figure(samples, "allowed", case, f);
+    let rps = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.rps);
+    let p99 = |case: &str| {
+        paced
+            .get(case)
+            .map_or(f64::NAN, |p| median(p, |x| x.p99_ms))
+    };
+    vec![
+        (
+            "system calls per request: sluice + Redis sliding_log ≤ 1.5× sluice without limits (allowed)".into(),
+            allowed(SLUICE_LOG, |x| x.syscalls_per_request)
+                / allowed(SLUICE_NOLIMIT, |x| x.syscalls_per_request),
+            1.5,
+            false,
+        ),
+        (
+            "context switches per request: sluice + Redis sliding_log ≤ 0.05 (allowed)".into(),
+            allowed(SLUICE_LOG, |x| x.switches_per_request),
+            0.05,
+            false,
+        ),
+        (
+            "sluice + Redis sliding_log ≥ 0.90× nginx + Lua + Redis (allowed)".into(),
+            rps("allowed", SLUICE_LOG) / rps("allowed", NGINX_LUA),
+            0.90,
+            true,
+        ),
+        (
+            "flood: sluice + Redis sliding_log ≥ 1.5× nginx + Lua + Redis".into(),
+            rps("flood", SLUICE_LOG) / rps("flood", NGINX_LUA),
+            1.5,
+            true,
+        ),
+        (
+            "sluice + Redis sliding_log ≤ 1.15× sluice without limits, CPU per request (allowed)".into(),
+            allowed(SLUICE_LOG, |x| x.server_cpu_us) / allowed(SLUICE_NOLIMIT, |x| x.server_cpu_us),
+            1.15,
+            false,
+        ),
+        (
+            "p99 at half load, ms added by the limiter: sluice + Redis over sluice without limits, less nginx + Lua + Redis's over nginx limit_req (≤ 0)".into(),
+            (p99(SLUICE_LOG) - p99(SLUICE_NOLIMIT)) - (p99(NGINX_LUA) - p99(NGINX_LIMIT_REQ)),
+            0.0,
+            false,
+        ),
+    ]
 }
 
 /// Replaces the text between the benchmark document's markers with `report`.
