@@ -446,11 +446,7 @@ fn earlier_targets(
     paced: &HashMap<&str, Vec<Paced>>,
 ) -> Vec<Target> {
     let rps = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.rps);
-    let p99 = |case: &str| {
-        paced
-            .get(case)
-            .map_or(f64::NAN, |p| median(p, |x| x.p99_ms))
-    };
+    let p99 = |case: &str| paced_p99(paced, case);
     let mut rows: Vec<Target> = vec![
         (
             "sluice + Redis sliding_log ≥ 1.0× nginx limit_req (allowed)".into(),
@@ -476,6 +472,13 @@ fn earlier_targets(
     rows
 }
 
+/// The median p99 of `case` at the paced rate; NaN when it did not run.
+fn paced_p99(paced: &HashMap<&str, Vec<Paced>>, case: &str) -> f64 {
+    paced
+        .get(case)
+        .map_or(f64::NAN, |p| median(p, |x| x.p99_ms))
+}
+
 /// What limiting may cost the gateway over not limiting, against what
 /// nginx + Lua + Redis pays over nginx `limit_req`.
 fn cost_targets(
@@ -484,11 +487,7 @@ fn cost_targets(
 ) -> Vec<Target> {
     let allowed = |case: &str, f: fn(&Sample) -> f64| figure(samples, "allowed", case, f);
     let rps = |scenario: &str, case: &str| figure(samples, scenario, case, |x| x.rps);
-    let p99 = |case: &str| {
-        paced
-            .get(case)
-            .map_or(f64::NAN, |p| median(p, |x| x.p99_ms))
-    };
+    let p99 = |case: &str| paced_p99(paced, case);
     vec![
         (
             "system calls per request: sluice + Redis sliding_log ≤ 1.5× sluice without limits (allowed)".into(),
